@@ -1,0 +1,25 @@
+# horovod_sparse: `make demo` and `make test` set everything up themselves.
+VENV      := .venv
+PY        := $(VENV)/bin/python
+STAMP     := $(VENV)/.horovod_sparse-installed
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: install demo test test-core test-horovod bench docs clean
+
+install: $(STAMP)
+
+$(STAMP): scripts/setup.sh setup.py
+	bash scripts/setup.sh
+	touch $@
+
+demo: install
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) examples/demo.py
+
+test: install
+	$(PY) -m pytest tests
+
+test-core: install
+	$(PY) -m pytest tests -m "not horovod"
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

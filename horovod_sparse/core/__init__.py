@@ -1,0 +1,21 @@
+"""Framework-agnostic core of horovod_sparse (imports neither torch nor tensorflow).
+
+* ``ops``: the array-operations interface (numpy implementation here);
+* ``comm``: the collectives interface, traffic metering, an in-process simulator;
+* ``layout``, ``feedback``, ``metrics``, ``threshold``, ``partition``: the
+  pieces the methods are built from;
+* ``methods``: the sparsifiers; ``registry.create(name, **kw)`` builds one;
+* ``exchange.GradientExchange``: the per-step driver the adapters call.
+"""
+
+from .comm import Communicator, SimulatedCommunicator, run_simulated
+from .errors import HorovodSparseError, ModelMismatchError, NonFiniteGradientError
+from .exchange import GradientExchange
+from .layout import Layout
+from .metrics import StepMetrics, summarize
+from .ops import ArrayOps, NumpyOps
+from .registry import available, create
+
+__all__ = ["ArrayOps", "Communicator", "GradientExchange", "HorovodSparseError", "Layout",
+           "ModelMismatchError", "NonFiniteGradientError", "NumpyOps", "SimulatedCommunicator",
+           "StepMetrics", "available", "create", "run_simulated", "summarize"]

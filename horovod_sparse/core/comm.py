@@ -1,0 +1,188 @@
+"""Collectives the sparsifiers use, behind one small interface, with traffic metering.
+
+A :class:`Communicator` offers four collectives over framework vectors
+
+* ``allgather(x, counts)``: concatenation of every rank's ``x`` in rank order;
+  ``counts[r]`` (known to all ranks) is rank ``r``'s length;
+* ``allreduce_sum(x)``: elementwise sum over ranks, identical bits everywhere;
+* ``broadcast(x, root)``: ``root``'s ``x`` on every rank;
+
+and ``allgather_host(a)`` / ``broadcast_host(a, root)`` for small fixed-size
+numpy control arrays (``allgather_host`` returns shape ``(P,) + a.shape``).  Implementations: :class:`SimulatedCommunicator`
+(threads in one process, for unit tests), ``horovod_sparse.torch.comm``
+(Horovod), ``horovod_sparse.mpi`` (mpi4py).
+
+Every call is metered in logical payload: an allgather sends the rank's own
+elements and receives everybody else's; an allreduce sends and receives the
+vector once; a broadcast sends from the root and receives elsewhere.  (The
+wire traffic of a ring allreduce is ``2(P-1)/P`` times that.)
+"""
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Traffic:
+    """Elements and bytes this rank sent and received, per collective kind."""
+
+    elements_sent: dict = field(default_factory=dict)
+    elements_received: dict = field(default_factory=dict)
+    bytes_sent: dict = field(default_factory=dict)
+    bytes_received: dict = field(default_factory=dict)
+
+    def record(self, kind, sent, received, itemsize):
+        for table, value in ((self.elements_sent, sent), (self.elements_received, received),
+                             (self.bytes_sent, sent * itemsize),
+                             (self.bytes_received, received * itemsize)):
+            table[kind] = table.get(kind, 0) + int(value)
+
+    def totals(self):
+        return {name: sum(getattr(self, name).values())
+                for name in ("elements_sent", "elements_received", "bytes_sent", "bytes_received")}
+
+
+class Communicator:
+    """Interface plus metering; subclasses implement the underscored methods."""
+
+    rank = 0
+    size = 1
+
+    def __init__(self):
+        self.traffic = Traffic()
+
+    def reset_traffic(self):
+        """Return the traffic since the last reset and start a new count."""
+        traffic, self.traffic = self.traffic, Traffic()
+        return traffic
+
+    def allgather(self, x, counts):
+        counts = [int(c) for c in counts]
+        if len(counts) != self.size or counts[self.rank] != self._numel(x):
+            raise ValueError(f"allgather counts {counts} do not match rank {self.rank}'s "
+                             f"{self._numel(x)} elements")
+        self.traffic.record("allgather", counts[self.rank], sum(counts) - counts[self.rank],
+                            self._itemsize(x))
+        return self._allgather(x, counts)
+
+    def allreduce_sum(self, x):
+        n = self._numel(x)
+        self.traffic.record("allreduce", n, n, self._itemsize(x))
+        return self._allreduce_sum(x)
+
+    def broadcast(self, x, root):
+        n = self._numel(x)
+        is_root = self.rank == root
+        self.traffic.record("broadcast", n if is_root else 0, 0 if is_root else n,
+                            self._itemsize(x))
+        return self._broadcast(x, root)
+
+    def allgather_host(self, array):
+        array = np.ascontiguousarray(array)
+        self.traffic.record("allgather", array.size, array.size * (self.size - 1),
+                            array.itemsize)
+        return self._allgather_host(array)
+
+    def broadcast_host(self, array, root):
+        array = np.ascontiguousarray(array)
+        is_root = self.rank == root
+        self.traffic.record("broadcast", array.size if is_root else 0,
+                            0 if is_root else array.size, array.itemsize)
+        return self._broadcast_host(array, root)
+
+    # -- implementation hooks -------------------------------------------------
+    def _numel(self, x):
+        return int(np.size(x))
+
+    def _itemsize(self, x):
+        return np.asarray(x).itemsize
+
+    def _allgather(self, x, counts):
+        raise NotImplementedError
+
+    def _allreduce_sum(self, x):
+        raise NotImplementedError
+
+    def _broadcast(self, x, root):
+        raise NotImplementedError
+
+    def _allgather_host(self, array):
+        raise NotImplementedError
+
+    def _broadcast_host(self, array, root):
+        raise NotImplementedError
+
+
+class _SimulatedGroup:
+    """Shared mailbox and barrier of ``size`` simulated ranks (threads)."""
+
+    def __init__(self, size, timeout):
+        self.size = size
+        self.slots = [None] * size
+        self.barrier = threading.Barrier(size, timeout=timeout)
+
+    def exchange(self, rank, item):
+        self.slots[rank] = item
+        self.barrier.wait()
+        items = list(self.slots)
+        self.barrier.wait()
+        return items
+
+
+class SimulatedCommunicator(Communicator):
+    """One of ``P`` ranks simulated as threads in one process (numpy vectors).
+
+    Reductions add the ranks' contributions in rank order.
+    """
+
+    def __init__(self, rank, group):
+        super().__init__()
+        self.rank, self.size, self._group = rank, group.size, group
+
+    def _allgather(self, x, counts):
+        return np.concatenate([np.asarray(v) for v in self._group.exchange(self.rank, x)])
+
+    def _allreduce_sum(self, x):
+        parts = self._group.exchange(self.rank, x)
+        total = np.array(parts[0], copy=True)
+        for part in parts[1:]:
+            total += part
+        return total
+
+    def _broadcast(self, x, root):
+        return np.array(self._group.exchange(self.rank, x)[root], copy=True)
+
+    def _allgather_host(self, array):
+        return np.stack(self._group.exchange(self.rank, array))
+
+    def _broadcast_host(self, array, root):
+        return np.array(self._group.exchange(self.rank, array)[root], copy=True)
+
+
+def run_simulated(size, worker, timeout=60.0):
+    """Run ``worker(comm)`` on ``size`` simulated ranks; return their results in rank order.
+
+    An exception on any rank aborts the group (no rank hangs) and is re-raised.
+    """
+    group = _SimulatedGroup(size, timeout)
+    results, errors = [None] * size, [None] * size
+
+    def run(rank):
+        try:
+            results[rank] = worker(SimulatedCommunicator(rank, group))
+        except BaseException as error:  # noqa: BLE001 - re-raised below
+            errors[rank] = error
+            group.barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(rank,), daemon=True) for rank in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    first = next((e for e in errors if e is not None and not isinstance(e, threading.BrokenBarrierError)),
+                 next((e for e in errors if e is not None), None))
+    if first is not None:
+        raise first
+    return results

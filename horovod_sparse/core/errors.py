@@ -1,0 +1,18 @@
+"""Errors raised identically on every rank, so no rank is left waiting in a collective."""
+
+
+class HorovodSparseError(RuntimeError):
+    """Base class of the errors below."""
+
+
+class ModelMismatchError(HorovodSparseError):
+    """Ranks hold different models (parameter names, shapes or dtypes differ)."""
+
+
+class NonFiniteGradientError(HorovodSparseError, FloatingPointError):
+    """A gradient holds NaN or Inf on at least one rank."""
+
+    def __init__(self, ranks, step):
+        self.ranks, self.step = list(ranks), step
+        super().__init__(f"non-finite (NaN/Inf) gradient on rank(s) {self.ranks} at step {step}; "
+                         "the residuals are left as before this step")

@@ -1,0 +1,156 @@
+"""The exclusive-partition sparsifiers MiCRO and ExDyna (Yoon & Oh).
+
+* MiCRO (HiPC 2023): ``[0, n)`` is cut into ``P`` even, contiguous
+  partitions; at step ``t`` worker ``r`` owns partition ``(t + r) mod P`` and
+  selects ``{i in own partition : |acc_i| >= thr}`` -- cost ``O(n/P)``, no
+  sort, and no two workers ever select the same coordinate (build-up 1).
+* ExDyna (CCGrid 2024): the partitions are runs of fine-grained blocks whose
+  boundaries move, identically on every rank, toward the partitions that
+  selected less last step, driving the imbalance
+  ``P max_i k_i / sum_i k_i - 1`` toward 0.
+
+Communication (both): allgather the index lists, allreduce every worker's own
+``acc`` at all gathered indices, divide by ``P``; the residual is zeroed at
+**all** gathered indices on every worker.  The threshold is estimated from the
+data at the first step and then scaled online from global counts only (see
+``core.threshold``), so all ranks agree without extra messages.
+
+Hyper-parameters: ``density`` (0.001); ``threshold_control`` ``"adaptive"``
+(default, ours) or ``"paper"``; ExDyna's ``rebalance`` ``"proportional"``
+(default, ours), ``"paper"`` or ``"none"``; ``blocks`` (1024) and
+``min_blocks``, the fewest blocks a partition keeps (default: ExDyna's
+``blocks / (4P)`` with ``"paper"``, 1 with ``"proportional"``, whose
+data-driven cuts need the room: with ExDyna's floor a hot region narrower
+than ``(P-1)/(4P)`` of the model cannot be split evenly).
+"""
+
+import numpy as np
+
+from ..partition import BlockPartition, even_bounds, owned_partition, owner_of
+from ..threshold import AdaptiveControl, initial_threshold, make_control
+from .base import Sparsifier, average_disjoint, gather_indices, step_metrics
+
+_TINY = float(np.finfo(np.float32).tiny)
+# The adaptive controller re-estimates from data when the count is this far off.
+_REESTIMATE_RATIO = 16.0
+
+
+class ExclusivePartitionSparsifier(Sparsifier):
+    """Threshold selection inside a rotating exclusive partition (MiCRO's core)."""
+
+    def __init__(self, density=0.001, threshold_control="adaptive"):
+        super().__init__(density)
+        self.control = make_control(threshold_control)
+        self.threshold = None
+        self.last_counts = None  # k_i of the last completed step ...
+        self.last_step = None    # ... and which step that was
+
+    # -- partition layout (overridden by ExDyna) ------------------------------
+    def partition_bounds(self, n, size, step):
+        """Return ``(bounds, new_layout_state)`` for this step."""
+        return even_bounds(n, size), None
+
+    def commit_layout(self, layout_state):
+        pass
+
+    # -------------------------------------------------------------------------
+    def exchange(self, acc, context):
+        ops, n, size = context.ops, context.layout.n, context.size
+        k = self.k(n)
+        bounds, layout_state = self.partition_bounds(n, size, context.step)
+        start, stop = bounds[owned_partition(context.step, context.rank, size)]
+        threshold = self.threshold
+        if threshold is None:
+            threshold = max(initial_threshold(acc, k, start, stop, context), _TINY)
+        probe = getattr(self.control, "probe", 0.0)
+        with context.timed_selection():
+            indices = ops.abs_ge_indices(acc, threshold, start, stop)
+            probe_count = ops.count_abs_ge(ops.take(acc, indices), threshold * (1 + probe))
+        table = context.exchange_header(len(indices), probe_count)
+        counts, probe_counts = table[:, 0], table[:, 1]
+        union = gather_indices(context, indices, counts)
+        aggregate = average_disjoint(context, union, acc)
+        self._commit(threshold, int(counts.sum()), int(probe_counts.sum()), k, counts)
+        self.last_step = context.step
+        self.commit_layout(layout_state)
+        return aggregate, step_metrics(context, k, counts, counts.sum(), threshold)
+
+    def _commit(self, threshold, total, probe_total, k, counts):
+        self.last_counts = [int(c) for c in counts]
+        if isinstance(self.control, AdaptiveControl) and not (
+                k / _REESTIMATE_RATIO <= total <= k * _REESTIMATE_RATIO):
+            self.threshold = None  # far off (or nothing selected): measure again next step
+            return
+        self.threshold = max(self.control.update(threshold, total, probe_total, k), _TINY)
+
+    def state_dict(self):
+        return {"threshold": self.threshold, "last_counts": self.last_counts,
+                "last_step": self.last_step}
+
+    def load_state_dict(self, state):
+        self.threshold = state["threshold"]
+        self.last_counts = state["last_counts"]
+        self.last_step = state["last_step"]
+
+
+class MiCRO(ExclusivePartitionSparsifier):
+    name = "micro"
+
+    def __repr__(self):
+        return f"MiCRO(density={self.density}, threshold_control={self.control.name!r})"
+
+
+class ExDyna(ExclusivePartitionSparsifier):
+    name = "exdyna"
+
+    def __init__(self, density=0.001, threshold_control="adaptive", rebalance="proportional",
+                 blocks=1024, min_blocks=None):
+        super().__init__(density, threshold_control)
+        if rebalance not in ("paper", "proportional", "none"):
+            raise ValueError("rebalance must be one of ['none', 'paper', 'proportional'], "
+                             f"got {rebalance!r}")
+        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+            raise ValueError(f"blocks must be a positive integer, got {blocks!r}")
+        if min_blocks is not None and (isinstance(min_blocks, bool)
+                                       or not isinstance(min_blocks, int) or min_blocks < 1):
+            raise ValueError(f"min_blocks must be a positive integer or None, got {min_blocks!r}")
+        if min_blocks is None and rebalance == "proportional":
+            min_blocks = 1
+        self.rebalance, self.blocks, self.min_blocks = rebalance, blocks, min_blocks
+        self.partition = None
+
+    def partition_bounds(self, n, size, step):
+        partition = self.partition
+        if partition is None or partition.n != n or partition.size != size:
+            partition = BlockPartition.initial(n, size, target_blocks=self.blocks,
+                                               min_blocks=self.min_blocks)
+        elif self.last_step == step - 1:
+            loads = [self.last_counts[owner_of(j, step - 1, size)] for j in range(size)]
+            partition = partition.rebalanced(loads, self.rebalance)
+        return partition.bounds(), partition
+
+    def commit_layout(self, layout_state):
+        self.partition = layout_state
+
+    def state_dict(self):
+        state = super().state_dict()
+        state["partition"] = None if self.partition is None else {
+            "n": self.partition.n, "block": self.partition.block,
+            "num_blocks": self.partition.num_blocks, "edges": list(self.partition.edges),
+            "min_blocks": self.partition.min_blocks,
+            "block_loads": None if self.partition.block_loads is None
+            else list(self.partition.block_loads)}
+        return state
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        saved = state.get("partition")
+        self.partition = None if saved is None else BlockPartition(
+            n=saved["n"], block=saved["block"], num_blocks=saved["num_blocks"],
+            edges=tuple(saved["edges"]), min_blocks=saved["min_blocks"],
+            block_loads=None if saved["block_loads"] is None else tuple(saved["block_loads"]))
+
+    def __repr__(self):
+        return (f"ExDyna(density={self.density}, threshold_control={self.control.name!r}, "
+                f"rebalance={self.rebalance!r}, blocks={self.blocks}, "
+                f"min_blocks={self.min_blocks})")

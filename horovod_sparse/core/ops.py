@@ -1,0 +1,154 @@
+"""Array operations the sparsifiers need, behind one small interface.
+
+The core never imports a deep-learning framework: every per-element operation
+on a gradient-sized vector goes through an :class:`ArrayOps` object, so it
+runs in the framework on the tensor's own device (a CUDA gradient never leaves
+the GPU).  Only small control data (counts, thresholds, layouts) lives on the
+host as numpy arrays and Python numbers.
+
+Conventions shared by every implementation:
+
+* vectors are 1-D; index vectors are int64 and hold *global* positions;
+* ``topk_abs_indices`` breaks ties toward the lower index, so every framework
+  (and the numpy references in ``tests/``) selects the same set;
+* ``scatter_add`` is only called with unique indices, which keeps it
+  deterministic on every device (no atomic-add ordering).
+"""
+
+import numpy as np
+
+
+class ArrayOps:
+    """Interface; see :class:`NumpyOps` for the reference semantics."""
+
+    def zeros(self, n, like):
+        raise NotImplementedError
+
+    def add(self, a, b, out):
+        """``out = a + b`` (elementwise, ``out`` may be ``a``)."""
+        raise NotImplementedError
+
+    def all_finite(self, x):
+        raise NotImplementedError
+
+    def abs_ge_indices(self, x, threshold, start, stop):
+        """Global indices ``i`` in ``[start, stop)`` with ``|x[i]| >= threshold``."""
+        raise NotImplementedError
+
+    def topk_abs_indices(self, x, k, start, stop):
+        """Global indices of the ``k`` largest ``|x[i]|`` in ``[start, stop)``, ascending."""
+        raise NotImplementedError
+
+    def take(self, x, indices):
+        raise NotImplementedError
+
+    def zero_at(self, x, indices):
+        raise NotImplementedError
+
+    def scatter_add(self, dense, indices, values):
+        raise NotImplementedError
+
+    def concat(self, vectors):
+        raise NotImplementedError
+
+    def divide(self, x, divisor):
+        """``x / divisor`` (a new vector)."""
+        raise NotImplementedError
+
+    def count_abs_ge(self, x, threshold):
+        """Host int: how many ``|x[i]| >= threshold``."""
+        raise NotImplementedError
+
+    def count_unique(self, indices):
+        raise NotImplementedError
+
+    def narrow_index(self, indices):
+        """Indices as int32 for the wire (models under 2**31 elements)."""
+        raise NotImplementedError
+
+    def widen_index(self, indices):
+        """Wire indices back to int64."""
+        raise NotImplementedError
+
+    def arange(self, start, stop, like):
+        """int64 ``[start, stop)`` on ``like``'s device."""
+        raise NotImplementedError
+
+    def to_host(self, x):
+        """A numpy copy of a (small) vector."""
+        raise NotImplementedError
+
+    def from_host(self, array, like):
+        """A vector on ``like``'s device holding the numpy ``array``."""
+        raise NotImplementedError
+
+    def segment_sq_norms(self, x, bounds):
+        """Squared L2 norms (float64, host) of ``x[s:e]`` for each ``(s, e)``."""
+        raise NotImplementedError
+
+
+class NumpyOps(ArrayOps):
+    """Plain numpy implementation, used by mpi4py scripts and unit tests."""
+
+    def zeros(self, n, like=None):
+        dtype = np.float32 if like is None else like.dtype
+        return np.zeros(n, dtype=dtype)
+
+    def add(self, a, b, out):
+        return np.add(a, b, out=out)
+
+    def all_finite(self, x):
+        return bool(np.isfinite(x).all())
+
+    def abs_ge_indices(self, x, threshold, start, stop):
+        return np.flatnonzero(np.abs(x[start:stop]) >= threshold) + start
+
+    def topk_abs_indices(self, x, k, start, stop):
+        magnitude = np.abs(x[start:stop])
+        if k >= magnitude.size:
+            return np.arange(start, stop, dtype=np.int64)
+        if k <= 0:
+            return np.empty(0, dtype=np.int64)
+        # Stable sort on -|x| keeps the lower index first among equal magnitudes.
+        order = np.argsort(-magnitude, kind="stable")[:k]
+        return np.sort(order).astype(np.int64) + start
+
+    def take(self, x, indices):
+        return x[indices]
+
+    def zero_at(self, x, indices):
+        x[indices] = 0
+
+    def scatter_add(self, dense, indices, values):
+        dense[indices] += values
+
+    def concat(self, vectors):
+        return np.concatenate(vectors)
+
+    def divide(self, x, divisor):
+        return x / x.dtype.type(divisor)
+
+    def count_abs_ge(self, x, threshold):
+        return int(np.count_nonzero(np.abs(x) >= threshold))
+
+    def count_unique(self, indices):
+        return int(np.unique(indices).size)
+
+    def narrow_index(self, indices):
+        return indices.astype(np.int32)
+
+    def widen_index(self, indices):
+        return indices.astype(np.int64)
+
+    def arange(self, start, stop, like=None):
+        return np.arange(start, stop, dtype=np.int64)
+
+    def to_host(self, x):
+        return np.asarray(x)
+
+    def from_host(self, array, like=None):
+        return np.asarray(array)
+
+    def segment_sq_norms(self, x, bounds):
+        return np.array([np.dot(x[s:e].astype(np.float64), x[s:e].astype(np.float64))
+                         for s, e in bounds], dtype=np.float64)

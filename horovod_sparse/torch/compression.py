@@ -1,0 +1,173 @@
+"""Horovod ``Compressor`` that exchanges the whole model's gradient sparsely.
+
+Horovod's ``DistributedOptimizer`` calls ``compress(grad)`` once per
+parameter from the backward hooks, allreduces what it returns, and calls
+``decompress(output, ctx)`` per parameter in ``synchronize()`` -- every
+``compress`` of a step before any ``decompress``.  :class:`SparseCompressor`
+uses that order to run the *whole-model* algorithm:
+
+* ``compress`` records the gradient and returns a one-element placeholder
+  (Horovod's own allreduce then moves 4 bytes per parameter);
+* the first ``decompress`` of the step flattens all recorded gradients in a
+  fixed order, runs :class:`~horovod_sparse.core.GradientExchange` (selection,
+  error feedback, Horovod allgather/allreduce of the sparse data) and caches
+  the averaged aggregate; every ``decompress`` returns its parameter's slice.
+
+Identification: Horovod passes ``p.grad`` without a name.  With
+``named_parameters`` the compressor recognises each gradient by identity
+(``tensor is p.grad``) and orders the flat vector as ``named_parameters``
+does, whatever order the hooks fire in; without it, gradients are named
+``grad.<i>`` by the order of the ``compress`` calls, which Horovod keeps
+fixed for a given model.  Either way every step the ranks compare a
+fingerprint of names, shapes and dtypes, so a mismatch raises on all ranks.
+
+Tensors that are not floating point, or empty, pass through unchanged
+(Horovod allreduces them as usual).
+"""
+
+
+from ..core import GradientExchange, Layout, create
+from ..core.metrics import summarize
+from .comm import HorovodTorchCommunicator
+from .ops import TorchOps
+
+
+class _Slot:
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+
+class SparseCompressor:
+    """A stateful Horovod compressor; use one instance per ``DistributedOptimizer``.
+
+    Parameters
+    ----------
+    sparsifier : a core sparsifier (``horovod_sparse.create(name, **kw)``).
+    named_parameters : optional ``model.named_parameters()``; names the
+        residuals in ``state_dict`` and fixes the flattening order.
+    nonfinite : ``"raise"`` or ``"skip"`` (see ``core.exchange``).
+    process_set : Horovod process set to exchange within (default: all ranks).
+    """
+
+    def __init__(self, sparsifier, named_parameters=None, nonfinite="raise", process_set=None):
+        self.sparsifier = sparsifier
+        self._named = list(named_parameters) if named_parameters is not None else None
+        self._order = {name: i for i, (name, _) in enumerate(self._named or [])}
+        self._nonfinite, self._process_set = nonfinite, process_set
+        self._exchange = None
+        self._pending_state = None
+        self._recorded = []       # (name, tensor) compressed this step
+        self._aggregates = None   # per recorded slot, after the step's exchange
+        self.layout = None
+
+    # -- Horovod's Compressor interface ---------------------------------------
+    def compress(self, tensor):
+        if not tensor.is_floating_point() or tensor.numel() == 0:
+            return tensor, None
+        if self._aggregates is not None:  # first compress after an exchange: a new step
+            self._aggregates, self._recorded = None, []
+        self._recorded.append((self._name_of(tensor), tensor))
+        return tensor.new_zeros(1), _Slot(len(self._recorded) - 1)
+
+    def decompress(self, tensor, ctx):
+        if ctx is None:
+            return tensor
+        if self._aggregates is None:
+            self._aggregates = self._exchange_step()
+        return self._aggregates[ctx.index]
+
+    # -- metrics and state ----------------------------------------------------
+    @property
+    def history(self):
+        """``StepMetrics`` of every step so far on this rank."""
+        return [] if self._exchange is None else self._exchange.history
+
+    def metrics(self):
+        """``StepMetrics`` of the last step (``None`` before the first)."""
+        return None if self._exchange is None else self._exchange.metrics
+
+    def summary(self, skip_first=0):
+        return summarize(self.history, skip_first)
+
+    def state_dict(self):
+        """Step, residuals by gradient name, and the sparsifier's state."""
+        if self._exchange is None:
+            return dict(self._pending_state or {})
+        return self._exchange.state_dict(self.layout)
+
+    def load_state_dict(self, state):
+        if self._exchange is None:
+            self._pending_state = state
+        else:
+            self._exchange.load_state_dict(state)
+
+    # -------------------------------------------------------------------------
+    def _name_of(self, tensor):
+        if self._named is None:
+            return f"grad.{len(self._recorded)}"
+        for name, parameter in self._named:
+            if parameter.grad is tensor:
+                return name
+        raise ValueError("a gradient handed to compress() belongs to none of the "
+                         "named_parameters given to the compressor")
+
+    def _exchange_step(self):
+        if self._exchange is None:
+            self._exchange = GradientExchange(self.sparsifier, TorchOps(),
+                                              HorovodTorchCommunicator(self._process_set),
+                                              nonfinite=self._nonfinite)
+            if self._pending_state is not None:
+                self._exchange.load_state_dict(self._pending_state)
+        order = sorted(range(len(self._recorded)),
+                       key=lambda i: self._order.get(self._recorded[i][0], i))
+        recorded = [self._recorded[i] for i in order]
+        layout = Layout(names=tuple(name for name, _ in recorded),
+                        shapes=tuple(tuple(t.shape) for _, t in recorded),
+                        dtypes=tuple(str(t.dtype) for _, t in recorded))
+        if self.layout is not None and layout != self.layout:
+            raise ValueError("the gradients exchanged changed between steps (was: "
+                             f"{self.layout.describe()}; now: {layout.describe()})")
+        self.layout = layout
+        flat = self._exchange.step([t.detach().reshape(-1) for _, t in recorded], layout)
+        aggregates = [None] * len(recorded)
+        for slot, (start, stop), (_, tensor) in zip(order, layout.bounds, recorded):
+            aggregates[slot] = flat[start:stop].view(tensor.shape).to(tensor.dtype)
+        return aggregates
+
+
+class Compression:
+    """Factories, used like Horovod's ``hvd.Compression.fp16``::
+
+        opt = hvd.DistributedOptimizer(
+            opt, named_parameters=model.named_parameters(),
+            compression=horovod_sparse.torch.Compression.exdyna(density=0.001))
+
+    Every factory takes ``density`` and the method's hyper-parameters, plus
+    the optional ``named_parameters``, ``nonfinite`` and ``process_set``.
+    """
+
+    @staticmethod
+    def create(name, named_parameters=None, nonfinite="raise", process_set=None, **hyperparameters):
+        return SparseCompressor(create(name, **hyperparameters), named_parameters=named_parameters,
+                                nonfinite=nonfinite, process_set=process_set)
+
+    @staticmethod
+    def topk(density=0.001, **options):
+        return Compression.create("topk", density=density, **options)
+
+    @staticmethod
+    def micro(density=0.001, **options):
+        return Compression.create("micro", density=density, **options)
+
+    @staticmethod
+    def exdyna(density=0.001, **options):
+        return Compression.create("exdyna", density=density, **options)
+
+    @staticmethod
+    def deft(density=0.001, **options):
+        return Compression.create("deft", density=density, **options)
+
+
+__all__ = ["Compression", "SparseCompressor"]

@@ -1,0 +1,326 @@
+"""Independent, obviously-correct numpy references of every method.
+
+Each function simulates ``P`` workers in one process with plain loops over
+workers and coordinates, written from ALGORITHMS.md without using
+``horovod_sparse``.  Input: ``grads[t][r]``, the flat float32 gradient of
+worker ``r`` at step ``t`` (``sizes`` gives the per-tensor split where a
+method needs it).  Output: one record per step with the averaged aggregate,
+every worker's residual, and the method's control state.
+
+Arithmetic is float32 like the real path; tests feed dyadic gradients (whole
+multiples of 2**-8), on which sums are exact in any order, so the comparison
+can be bit-for-bit even where the real allreduce adds in ring order.
+"""
+
+import math
+
+import numpy as np
+
+TINY = float(np.finfo(np.float32).tiny)
+
+
+def k_of(density, n):
+    return max(1, math.floor(density * n))
+
+
+def top_magnitudes(acc, k, start, stop):
+    """Indices of the k largest |acc| in [start, stop), ties to the lower index, ascending."""
+    ranked = sorted(range(start, stop), key=lambda i: (-abs(float(acc[i])), i))
+    return sorted(ranked[:max(k, 0)])
+
+
+def even_partitions(n, P):
+    base, extra = divmod(n, P)
+    bounds, start = [], 0
+    for j in range(P):
+        length = base + (1 if j < extra else 0)
+        bounds.append((start, start + length))
+        start += length
+    return bounds
+
+
+def _record(aggregate, residuals, **state):
+    return dict(aggregate=aggregate, residuals=[r.copy() for r in residuals], **state)
+
+
+# -- Top-k ---------------------------------------------------------------------
+def topk(grads, density):
+    P, n = len(grads[0]), grads[0][0].size
+    k = k_of(density, n)
+    residuals = [np.zeros(n, np.float32) for _ in range(P)]
+    records = []
+    for step_grads in grads:
+        accs = [g + e for g, e in zip(step_grads, residuals)]
+        selections = [top_magnitudes(acc, k, 0, n) for acc in accs]
+        aggregate = np.zeros(n, np.float32)
+        for acc, selected in zip(accs, selections):
+            for i in selected:
+                aggregate[i] = np.float32(aggregate[i] + acc[i])
+        aggregate = (aggregate / np.float32(P)).astype(np.float32)
+        for acc, selected in zip(accs, selections):
+            acc[selected] = 0
+        residuals = accs
+        nnz = len(set(i for s in selections for i in s))
+        records.append(_record(aggregate, residuals, counts=[len(s) for s in selections], nnz=nnz))
+    return records
+
+
+# -- threshold control (ALGORITHMS.md, MiCRO step 5 with its Decision; ours) ----
+def paper_update(thr, K, probe_count, k):
+    r = K / k
+    if r > 1.1:
+        return thr * 1.005
+    if r < 0.909090909090909:
+        return thr * 0.995
+    if r > 1:
+        return thr * 1.00125
+    if r < 1:
+        return thr * 0.9987
+    return thr
+
+
+def adaptive_update(thr, K, probe_count, k, probe=0.1):
+    if K == 0:
+        return thr / 4
+    a = math.log(K / probe_count) / math.log(1 + probe) if 0 < probe_count < K else 2.0
+    a = min(max(a, 0.5), 50.0)
+    return thr * min(max((K / k) ** (1 / a), 0.25), 4.0)
+
+
+def first_threshold(accs, owned, k):
+    """k-th largest magnitude over every worker's k largest in its own partition."""
+    candidates = []
+    for acc, (start, stop) in zip(accs, owned):
+        picked = top_magnitudes(acc, k, start, stop)
+        candidates += [abs(float(acc[i])) for i in picked] + [0.0] * (k - len(picked))
+    return max(sorted(candidates, reverse=True)[k - 1], TINY)
+
+
+def next_threshold(control, thr, K, probe_count, k):
+    if control == "paper":
+        return max(paper_update(thr, K, probe_count, k), TINY)
+    if not k / 16 <= K <= 16 * k:
+        return None  # re-estimate from data at the next step
+    return max(adaptive_update(thr, K, probe_count, k), TINY)
+
+
+# -- ExDyna's block partition ---------------------------------------------------
+def initial_blocks(n, P, target=1024):
+    block = (n // target) // 32 * 32
+    if block == 0:
+        block = 32 if n >= 32 * P else 1
+    num_blocks = min(target, n // block) if block > 1 else n
+    per, extra = divmod(num_blocks, P)
+    edges = [0]
+    for j in range(P):
+        edges.append(edges[-1] + per + (1 if j < extra else 0))
+    return block, num_blocks, edges
+
+
+def block_bounds(n, block, edges):
+    starts = [e * block for e in edges[:-1]]
+    return [(s, e) for s, e in zip(starts, starts[1:] + [n])]
+
+
+def min_blocks(num_blocks, P, rule):
+    """ExDyna's num_blocks/(4P) for the paper rule, 1 for ours (never over an even share)."""
+    if num_blocks < P:
+        return 0
+    wanted = max(1, num_blocks // (4 * P)) if rule != "proportional" else 1
+    return min(wanted, num_blocks // P)
+
+
+def paper_rebalance(edges, loads, block, num_blocks, n):
+    rule = "paper"
+    P = len(loads)
+    edges, loads = list(edges), [float(x) for x in loads]
+    total = sum(loads)
+    if total <= 0 or P == 1:
+        return edges
+    mean, shift, least = total / P, block * total / n, min_blocks(num_blocks, P, rule)
+    for j in range(P - 1):
+        left, right = edges[j + 1] - edges[j], edges[j + 2] - edges[j + 1]
+        if loads[j] > 1.05 * mean and loads[j + 1] < mean / 1.05 and left > least:
+            edges[j + 1] -= 1
+            loads[j] -= shift
+            loads[j + 1] += shift
+        elif loads[j + 1] > 1.05 * mean and loads[j] < mean / 1.05 and right > least:
+            edges[j + 1] += 1
+            loads[j] += shift
+            loads[j + 1] -= shift
+    return edges
+
+
+def proportional_rebalance(edges, loads, block, num_blocks, n, estimate):
+    """Ours: rescale a per-block load estimate to the reported partition loads,
+    then cut its running sum into P equal shares.  Returns (edges, estimate)."""
+    rule = "proportional"
+    P = len(loads)
+    if float(sum(loads)) <= 0 or P == 1:
+        return list(edges), estimate
+    prior = estimate if estimate is not None else [1.0] * num_blocks
+    floor = 1e-3 * (math.fsum(prior) / num_blocks)
+    weights = [w + floor for w in prior]
+    new_estimate = [0.0] * num_blocks
+    for j in range(P):
+        blocks = range(edges[j], edges[j + 1])
+        if len(blocks):
+            scale = loads[j] / math.fsum(weights[b] for b in blocks)
+            for b in blocks:
+                new_estimate[b] = weights[b] * scale
+    cumulative = [0.0]
+    for value in new_estimate:
+        cumulative.append(cumulative[-1] + value)
+    least, new = min_blocks(num_blocks, P, rule), [0]
+    for j in range(1, P):
+        target = cumulative[-1] * j / P
+        edge = next((e for e, c in enumerate(cumulative) if c >= target), num_blocks)
+        if edge > 0 and target - cumulative[edge - 1] < cumulative[edge] - target:
+            edge -= 1
+        edge = min(max(edge, new[-1] + least), num_blocks - (P - j) * least)
+        new.append(edge)
+    new.append(num_blocks)
+    return new, new_estimate
+
+
+# -- MiCRO and ExDyna ----------------------------------------------------------
+def exclusive(grads, density, control="adaptive", rebalance=None):
+    """MiCRO (``rebalance=None``) or ExDyna (``"paper"``, ``"proportional"``, ``"none"``)."""
+    P, n = len(grads[0]), grads[0][0].size
+    k = k_of(density, n)
+    residuals = [np.zeros(n, np.float32) for _ in range(P)]
+    thr, records, last_counts = None, [], None
+    if rebalance is not None:
+        block, num_blocks, edges = initial_blocks(n, P)
+        estimate = None
+    for t, step_grads in enumerate(grads):
+        accs = [g + e for g, e in zip(step_grads, residuals)]
+        if rebalance is None:
+            bounds = even_partitions(n, P)
+        else:
+            if t > 0 and rebalance != "none":
+                # partition j was owned at t-1 by worker (j - (t-1)) mod P
+                loads = [last_counts[(j - (t - 1)) % P] for j in range(P)]
+                if rebalance == "paper":
+                    edges = paper_rebalance(edges, loads, block, num_blocks, n)
+                else:
+                    edges, estimate = proportional_rebalance(edges, loads, block, num_blocks, n,
+                                                             estimate)
+            bounds = block_bounds(n, block, edges)
+        owned = [bounds[(t + r) % P] for r in range(P)]
+        if thr is None:
+            thr = first_threshold(accs, owned, k)
+        thr32 = np.float32(thr)
+        probe32 = np.float32(thr * (1 + 0.1)) if control == "adaptive" else thr32
+        selections, probes = [], 0
+        for acc, (start, stop) in zip(accs, owned):
+            chosen = [i for i in range(start, stop) if abs(acc[i]) >= thr32]
+            probes += sum(1 for i in chosen if abs(acc[i]) >= probe32)
+            selections.append(chosen)
+        union = [i for chosen in selections for i in chosen]
+        aggregate = np.zeros(n, np.float32)
+        for i in union:
+            total = np.float32(0)
+            for acc in accs:
+                total = np.float32(total + acc[i])
+            aggregate[i] = total / np.float32(P)
+        for acc in accs:
+            acc[union] = 0
+        residuals = accs
+        counts = [len(c) for c in selections]
+        state = dict(counts=counts, nnz=len(union), threshold=thr)
+        if rebalance is not None:
+            state["edges"] = list(edges)
+        records.append(_record(aggregate, residuals, **state))
+        last_counts = counts
+        thr = next_threshold(control, thr, sum(counts), probes, k)
+    return records
+
+
+# -- DEFT ----------------------------------------------------------------------
+def deft(grads, density, sizes):
+    P, n = len(grads[0]), grads[0][0].size
+    k = k_of(density, n)
+    segments, offset = [], 0
+    for size in sizes:
+        if size > n / P:
+            base, extra = divmod(size, P)
+            for j in range(P):
+                piece = base + (1 if j < extra else 0)
+                if piece:
+                    segments.append((offset, offset + piece))
+                offset += piece
+        elif size:
+            segments.append((offset, offset + size))
+            offset += size
+    lengths = [e - s for s, e in segments]
+    residuals = [np.zeros(n, np.float32) for _ in range(P)]
+    records = []
+
+    def budgets_of(acc):
+        norms = [math.sqrt(sum(float(x) * float(x) for x in acc[s:e])) for s, e in segments]
+        order = sorted(range(len(segments)), key=lambda l: (-norms[l], l))
+        budget, k_rem, norm_rem = [0] * len(segments), k, math.fsum(norms)
+        for l in order:
+            if k_rem <= 0:
+                break
+            share = math.floor(k_rem * norms[l] / norm_rem) if norm_rem > 0 else 0
+            budget[l] = min(lengths[l], max(1, share))
+            k_rem -= budget[l]
+            norm_rem -= norms[l]
+        for l in order:
+            if k_rem <= 0:
+                break
+            extra = min(k_rem, lengths[l] - budget[l])
+            budget[l] += extra
+            k_rem -= extra
+        return budget
+
+    for t, step_grads in enumerate(grads):
+        accs = [g + e for g, e in zip(step_grads, residuals)]
+        budgets = [budgets_of(acc) for acc in accs]
+        leader = budgets[t % P]
+        bins = {}
+        loads = [0.0] * P
+        cost = [lengths[l] * math.log2(leader[l]) if leader[l] > 1 else float(lengths[l])
+                for l in range(len(segments))]
+        packable = [l for l in range(len(segments)) if 0 < leader[l] < lengths[l]]
+        for l in sorted(packable, key=lambda l: (-cost[l], l)):
+            target = loads.index(min(loads))
+            bins[l] = target
+            loads[target] += cost[l]
+        common = [l for l in range(len(segments)) if leader[l] == lengths[l]]
+        selections = []
+        for r, acc in enumerate(accs):
+            mine = [l for l in sorted(bins) if bins[l] == (t + r) % P]
+            chosen = []
+            for l in mine:
+                chosen += top_magnitudes(acc, budgets[r][l], *segments[l])
+            selections.append(chosen)
+        union = [i for chosen in selections for i in chosen]
+        union += [i for l in common for i in range(*segments[l])]
+        aggregate = np.zeros(n, np.float32)
+        for i in union:
+            total = np.float32(0)
+            for acc in accs:
+                total = np.float32(total + acc[i])
+            aggregate[i] = total / np.float32(P)
+        for acc in accs:
+            acc[union] = 0
+        residuals = accs
+        records.append(_record(aggregate, residuals, counts=[len(c) for c in selections],
+                               nnz=len(union), budgets=budgets))
+    return records
+
+
+def run(method, grads, density, sizes, **options):
+    if method == "topk":
+        return topk(grads, density)
+    if method == "micro":
+        return exclusive(grads, density, control=options.get("threshold_control", "adaptive"))
+    if method == "exdyna":
+        return exclusive(grads, density, control=options.get("threshold_control", "adaptive"),
+                         rebalance=options.get("rebalance", "proportional"))
+    if method == "deft":
+        return deft(grads, density, sizes)
+    raise ValueError(method)

@@ -1,0 +1,236 @@
+"""Properties of the core methods on simulated ranks (fast, single process)."""
+
+import numpy as np
+import pytest
+
+from gradients import SHAPES, dyadic_gradient, sizes, stream
+from harness import layout_of, run_core
+from horovod_sparse import create
+from horovod_sparse.core import (GradientExchange, ModelMismatchError, NonFiniteGradientError,
+                                 NumpyOps, run_simulated)
+from horovod_sparse.core.methods.deft import deft_budgets
+from horovod_sparse.core.partition import BlockPartition
+
+EXCLUSIVE = ["micro", "exdyna", "deft"]
+
+
+@pytest.mark.parametrize("method", EXCLUSIVE)
+def test_selections_are_disjoint_and_ranks_identical(method):
+    grads = stream(seed=11, steps=12, size=4)
+    per_rank = run_core(method, {}, grads, 0.02)
+    residuals = [np.zeros_like(grads[0][0]) for _ in range(4)]
+    for step in range(12):
+        sent = set()
+        for rank, records in enumerate(per_rank):
+            acc = grads[step][rank] + residuals[rank]
+            zeroed = set(np.flatnonzero((acc != 0) & (records[step]["residual"] == 0)).tolist())
+            sent |= zeroed
+            residuals[rank] = records[step]["residual"]
+        record = per_rank[0][step]
+        # the union of gathered coordinates is as large as all selections together: disjoint
+        assert len(sent) <= record["nnz"]
+        assert record["nnz"] >= sum(record["counts"])
+        for records in per_rank[1:]:  # all ranks bit-identical
+            np.testing.assert_array_equal(records[step]["aggregate"], record["aggregate"])
+
+
+@pytest.mark.parametrize("method", ["micro", "exdyna"])
+def test_partition_methods_have_no_build_up(method):
+    per_rank = run_core(method, {}, stream(seed=5, steps=10, size=4), 0.02)
+    for record in per_rank[0]:
+        assert record["nnz"] == sum(record["counts"])  # disjoint: nnz(aggregate) == sum k_i
+
+
+def test_topk_builds_up_and_partition_methods_do_not():
+    grads = stream(seed=2, steps=6, size=4)
+    topk = run_core("topk", {}, grads, 0.02)[0]
+    exdyna = run_core("exdyna", {}, grads, 0.02)[0]
+    assert max(r["nnz"] / sum(r["counts"]) for r in topk) < 1.0  # overlap shrinks the union
+    assert max(r["nnz"] for r in topk) > sum(topk[0]["counts"]) / 4  # more than k coordinates
+    assert all(r["nnz"] == sum(r["counts"]) for r in exdyna)
+
+
+def test_residual_zeroed_exactly_at_gathered_indices():
+    grads = stream(seed=9, steps=3, size=3)
+    per_rank = run_core("micro", {}, grads, 0.05)
+    for rank, records in enumerate(per_rank):
+        acc = grads[0][rank]
+        sent = np.flatnonzero(records[0]["aggregate"])
+        assert not records[0]["residual"][sent].any()
+        untouched = np.setdiff1d(np.arange(acc.size), sent)
+        np.testing.assert_array_equal(records[0]["residual"][untouched], acc[untouched])
+
+
+def test_exdyna_rebalances_skewed_gradients_where_micro_does_not():
+    grads = stream(seed=1, steps=30, size=4, skew=True, shapes=[(256, 512)])
+    imbalance = {}
+    for method, options in [("micro", {}), ("exdyna", {}), ("exdyna", {"rebalance": "paper"})]:
+        records = run_core(method, options, grads, 0.01, shapes=[(256, 512)])[0]
+        counts = [r["counts"] for r in records]
+        imbalance[(method, options.get("rebalance"))] = [4 * max(c) / sum(c) - 1 for c in counts]
+    micro = np.mean(imbalance[("micro", None)][-10:])
+    proportional = np.mean(imbalance[("exdyna", None)][-10:])
+    paper = np.mean(imbalance[("exdyna", "paper")][-10:])
+    assert micro > 1.0  # MiCRO's fixed partitions: the hot partition does nearly all the work
+    assert proportional < 0.15
+    # the paper rule moves one block per step: slower, but it moves the right way
+    assert paper < micro
+
+
+def test_deft_budgets_sum_to_k():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        segments = rng.integers(1, 50, size=rng.integers(1, 12))
+        norms = rng.exponential(size=segments.size) * (rng.random(segments.size) > 0.2)
+        k = int(rng.integers(1, segments.sum() + 1))
+        budgets = deft_budgets(norms, segments, k)
+        assert budgets.sum() == k
+        assert (budgets <= segments).all() and (budgets >= 0).all()
+
+
+@pytest.mark.parametrize("n,size", [(5, 4), (3, 4), (100, 8), (40_000, 4), (3_000_000, 64)])
+def test_block_partition_covers_the_vector(n, size):
+    partition = BlockPartition.initial(n, size)
+    bounds = partition.bounds()
+    assert bounds[0][0] == 0 and bounds[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    assert all(s <= e for s, e in bounds)
+    skewed = partition.rebalanced([100, 1, 1, 1] + [1] * (size - 4), "proportional")
+    assert (skewed.blocks() >= skewed.min_blocks).all()
+    assert skewed.bounds()[-1][1] == n
+
+
+@pytest.mark.parametrize("method", ["topk", "micro", "exdyna", "deft"])
+@pytest.mark.parametrize("shapes", [[(3,)], [(1,), (2,)], [(7,), (1,)]])
+def test_models_smaller_than_the_worker_count(method, shapes):
+    grads = stream(seed=4, steps=5, size=4, shapes=shapes)
+    per_rank = run_core(method, {}, grads, 0.5, shapes=shapes)
+    for step in range(5):
+        for records in per_rank[1:]:
+            np.testing.assert_array_equal(records[step]["aggregate"], per_rank[0][step]["aggregate"])
+
+
+@pytest.mark.parametrize("method", ["micro", "exdyna", "deft", "topk"])
+def test_k_rounding_to_zero_still_selects_one(method):
+    assert create(method, density=1e-9).k(2442) == 1
+    per_rank = run_core(method, {}, stream(seed=4, steps=6, size=2), 1e-9)
+    assert per_rank[0][0]["nnz"] >= 1
+    for step in range(6):
+        np.testing.assert_array_equal(per_rank[0][step]["aggregate"], per_rank[1][step]["aggregate"])
+
+
+def test_a_worker_selecting_nothing_still_takes_part():
+    shapes = [(100,)]
+    grads = [[np.zeros(100, np.float32), dyadic_gradient(1, t, 1, shapes)] for t in range(4)]
+    per_rank = run_core("micro", {}, grads, 0.05, shapes)
+    assert any(0 in record["counts"] for record in per_rank[0])
+    for step in range(4):
+        np.testing.assert_array_equal(per_rank[0][step]["aggregate"], per_rank[1][step]["aggregate"])
+
+
+def _exchange_steps(method, grads_by_rank, layouts, nonfinite="raise"):
+    def worker(comm):
+        exchange = GradientExchange(create(method, density=0.05), NumpyOps(), comm, nonfinite)
+        layout = layouts[comm.rank]
+        outputs = []
+        for flat in grads_by_rank[comm.rank]:
+            try:
+                outputs.append(exchange.step([flat[s:e] for s, e in layout.bounds], layout))
+            except NonFiniteGradientError as error:
+                outputs.append(error)
+        return outputs, exchange
+    return run_simulated(len(layouts), worker)
+
+
+@pytest.mark.parametrize("method", ["topk", "micro", "exdyna", "deft"])
+def test_nan_on_one_rank_raises_everywhere_and_keeps_residuals(method):
+    layout = layout_of(SHAPES)
+    clean = [[dyadic_gradient(0, t, r) for t in range(3)] for r in range(3)]
+    clean[1][2] = clean[1][2].copy()
+    clean[1][2][17] = np.nan
+    results = _exchange_steps(method, clean, [layout] * 3)
+    for outputs, exchange in results:
+        assert isinstance(outputs[2], NonFiniteGradientError) and outputs[2].ranks == [1]
+        assert exchange.step_count == 2
+        assert np.isfinite(exchange.feedback.residual).all()
+    # the residual after the failed step equals the one after step 1 (nothing lost)
+    reference = _exchange_steps(method, [g[:2] for g in clean], [layout] * 3)
+    for (_, failed), (_, ok) in zip(results, reference):
+        np.testing.assert_array_equal(failed.feedback.residual, ok.feedback.residual)
+
+
+def test_skip_policy_returns_zero_on_all_ranks():
+    layout = layout_of(SHAPES)
+    grads = [[dyadic_gradient(0, t, r) for t in range(2)] for r in range(2)]
+    grads[0][1] = grads[0][1].copy()
+    grads[0][1][3] = np.inf
+    results = _exchange_steps("exdyna", grads, [layout] * 2, nonfinite="skip")
+    for outputs, exchange in results:
+        assert not outputs[1].any()
+        assert exchange.history[-1].skipped
+
+
+def test_models_differing_across_ranks_fail_on_every_rank():
+    layouts = [layout_of(SHAPES), layout_of(SHAPES[:-1] + [(5, 3)])]
+    grads = [[dyadic_gradient(0, 0, r)] for r in range(2)]
+
+    def worker(comm):
+        exchange = GradientExchange(create("topk", density=0.05), NumpyOps(), comm)
+        layout = layouts[comm.rank]
+        with pytest.raises(ModelMismatchError, match="differs from rank"):
+            exchange.step([grads[comm.rank][0][s:e] for s, e in layout.bounds], layout)
+        return True
+
+    assert run_simulated(2, worker) == [True, True]
+
+
+@pytest.mark.parametrize("method", ["topk", "micro", "exdyna", "deft"])
+def test_state_dict_resume_reproduces_the_run(method):
+    layout = layout_of(SHAPES)
+    grads = stream(seed=21, steps=10, size=3)
+
+    def worker(comm):
+        def run(exchange, steps):
+            out = []
+            for t in steps:
+                flat = grads[t][comm.rank]
+                out.append(exchange.step([flat[s:e] for s, e in layout.bounds], layout))
+            return out
+        straight = run(GradientExchange(create(method, density=0.03), NumpyOps(), comm), range(10))
+        first = GradientExchange(create(method, density=0.03), NumpyOps(), comm)
+        run(first, range(6))
+        saved = first.state_dict(layout)
+        resumed = GradientExchange(create(method, density=0.03), NumpyOps(), comm)
+        resumed.load_state_dict(saved)
+        return straight[6:], run(resumed, range(6, 10))
+
+    for straight, resumed in run_simulated(3, worker):
+        for a, b in zip(straight, resumed):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, 1.5, float("nan")])
+def test_density_outside_the_unit_interval_is_rejected(bad):
+    with pytest.raises(ValueError, match="density"):
+        create("exdyna", density=bad)
+
+
+def test_bad_configuration_names_the_parameter():
+    with pytest.raises(TypeError, match="density"):
+        create("topk", density="0.1")
+    with pytest.raises(ValueError, match="known methods"):
+        create("nope")
+    with pytest.raises(TypeError, match="rebalance"):
+        create("micro", rebalance="paper")
+    with pytest.raises(ValueError, match="threshold_control"):
+        create("exdyna", threshold_control="pid")
+    with pytest.raises(ValueError, match="rebalance"):
+        create("exdyna", rebalance="greedy")
+    with pytest.raises(ValueError, match="blocks"):
+        create("exdyna", blocks=0)
+    with pytest.raises(ValueError, match="nonfinite"):
+        GradientExchange(create("topk"), NumpyOps(), None, nonfinite="ignore")
+
+
+def test_sizes_helper_is_consistent():
+    assert sum(sizes()) == dyadic_gradient(0, 0, 0).size
