@@ -1,0 +1,45 @@
+"""Launch real multi-rank jobs from tests: ``horovodrun`` (Gloo) and ``mpirun`` (MPI)."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+
+
+def _env():
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")])))
+    return env
+
+
+def _run(command, timeout):
+    try:
+        result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True,
+                                timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        raise AssertionError(f"{' '.join(command)} did not finish in {timeout}s (deadlock?)\n"
+                             f"{error.stdout or ''}\n{error.stderr or ''}") from None
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} exited {result.returncode}\n"
+                             f"--- stdout\n{result.stdout[-6000:]}\n--- stderr\n{result.stderr[-6000:]}")
+    return result.stdout
+
+
+def horovodrun(np_, script, *args, timeout=300):
+    """Run ``script`` on ``np_`` local ranks with Horovod's Gloo controller."""
+    command = [os.path.join(BIN, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
+               "--gloo", sys.executable, script, *map(str, args)]
+    return _run(command, timeout)
+
+
+def mpirun(np_, script, *args, timeout=300):
+    """Run ``script`` on ``np_`` local ranks under Open MPI (Horovod's MPI controller)."""
+    command = [shutil.which("mpirun") or "mpirun", "--allow-run-as-root", "--oversubscribe",
+               "-np", str(np_), "-x", "OMP_NUM_THREADS", "-x", "PYTHONPATH", "-x", "PYTHONUNBUFFERED",
+               "-x", "TF_CPP_MIN_LOG_LEVEL", "--mca", "btl", "self,tcp,vader",
+               sys.executable, script, *map(str, args)]
+    return _run(command, timeout)
