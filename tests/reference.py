@@ -66,11 +66,11 @@ def topk(grads, density):
 
 
 # -- threshold control (ALGORITHMS.md, MiCRO step 5 with its Decision; ours) ----
-def paper_update(thr, K, probe_count, k):
+def paper_next(thr, K, k):
     r = K / k
     if r > 1.1:
         return thr * 1.005
-    if r < 0.909090909090909:
+    if r < 1 / 1.1:
         return thr * 0.995
     if r > 1:
         return thr * 1.00125
@@ -79,12 +79,23 @@ def paper_update(thr, K, probe_count, k):
     return thr
 
 
-def adaptive_update(thr, K, probe_count, k, probe=0.1):
-    if K == 0:
-        return thr / 4
-    a = math.log(K / probe_count) / math.log(1 + probe) if 0 < probe_count < K else 2.0
-    a = min(max(a, 0.5), 50.0)
-    return thr * min(max((K / k) ** (1 / a), 0.25), 4.0)
+def ladder(thr, low, fall):
+    """Our controller's rungs: every 0.004 in log from log(low * fall) to 0.7, then 8 up to log 4."""
+    floor = math.log(low * fall)
+    count = int((0.7 - floor) / 0.004) + 1
+    logs = [floor + 0.004 * j for j in range(count)]
+    logs += list(np.linspace(0.7, math.log(4.0), 9)[1:])
+    return [max(float(r), TINY) for r in thr * np.exp(np.array(logs))]
+
+
+def nearest_rung(totals, k):
+    best, best_distance = 0, None
+    for j, total in enumerate(totals):
+        if total > 0:
+            distance = abs(math.log(total / k))
+            if best_distance is None or distance < best_distance:
+                best, best_distance = j, distance
+    return best
 
 
 def first_threshold(accs, owned, k):
@@ -94,14 +105,6 @@ def first_threshold(accs, owned, k):
         picked = top_magnitudes(acc, k, start, stop)
         candidates += [abs(float(acc[i])) for i in picked] + [0.0] * (k - len(picked))
     return max(sorted(candidates, reverse=True)[k - 1], TINY)
-
-
-def next_threshold(control, thr, K, probe_count, k):
-    if control == "paper":
-        return max(paper_update(thr, K, probe_count, k), TINY)
-    if not k / 16 <= K <= 16 * k:
-        return None  # re-estimate from data at the next step
-    return max(adaptive_update(thr, K, probe_count, k), TINY)
 
 
 # -- ExDyna's block partition ---------------------------------------------------
@@ -189,7 +192,7 @@ def exclusive(grads, density, control="adaptive", rebalance=None):
     P, n = len(grads[0]), grads[0][0].size
     k = k_of(density, n)
     residuals = [np.zeros(n, np.float32) for _ in range(P)]
-    thr, records, last_counts = None, [], None
+    thr, low, fall, records, last_counts = None, 0.5, 1.0, [], None
     if rebalance is not None:
         block, num_blocks, edges = initial_blocks(n, P)
         estimate = None
@@ -210,14 +213,17 @@ def exclusive(grads, density, control="adaptive", rebalance=None):
         owned = [bounds[(t + r) % P] for r in range(P)]
         if thr is None:
             thr = first_threshold(accs, owned, k)
-        thr32 = np.float32(thr)
-        probe32 = np.float32(thr * (1 + 0.1)) if control == "adaptive" else thr32
-        selections, probes = [], 0
+        rungs = [max(thr, TINY)] if control == "paper" else ladder(thr, low, fall)
+        rungs32 = [np.float32(r) for r in rungs]
+        per_worker = []  # per worker: count at every rung
         for acc, (start, stop) in zip(accs, owned):
-            chosen = [i for i in range(start, stop) if abs(acc[i]) >= thr32]
-            probes += sum(1 for i in chosen if abs(acc[i]) >= probe32)
-            selections.append(chosen)
-        union = [i for chosen in selections for i in chosen]
+            per_worker.append([sum(1 for i in range(start, stop) if abs(acc[i]) >= r)
+                               for r in rungs32])
+        totals = [sum(w[j] for w in per_worker) for j in range(len(rungs))]
+        chosen = 0 if control == "paper" else nearest_rung(totals, k)
+        selections = [[i for i in range(start, stop) if abs(acc[i]) >= rungs32[chosen]]
+                      for acc, (start, stop) in zip(accs, owned)]
+        union = [i for chosen_indices in selections for i in chosen_indices]
         aggregate = np.zeros(n, np.float32)
         for i in union:
             total = np.float32(0)
@@ -228,12 +234,22 @@ def exclusive(grads, density, control="adaptive", rebalance=None):
             acc[union] = 0
         residuals = accs
         counts = [len(c) for c in selections]
-        state = dict(counts=counts, nnz=len(union), threshold=thr)
+        state = dict(counts=counts, nnz=len(union), threshold=rungs[chosen])
         if rebalance is not None:
             state["edges"] = list(edges)
         records.append(_record(aggregate, residuals, **state))
         last_counts = counts
-        thr = next_threshold(control, thr, sum(counts), probes, k)
+        K = totals[chosen]
+        if control == "paper":
+            thr = max(paper_next(rungs[0], K, k), TINY)
+            continue
+        if chosen > 0 and totals[chosen] > 0:
+            a = math.log(totals[0] / totals[chosen]) / math.log(rungs[chosen] / rungs[0])
+            low = min(max(4.0 ** (-1.0 / max(a, 1e-3)), 0.5), 0.8)
+        else:
+            low = 0.5
+        fall = min(1.0, thr / rungs[chosen])
+        thr = max(rungs[chosen], TINY) if k / 16 <= K <= 16 * k else None
     return records
 
 

@@ -9,6 +9,8 @@ host as numpy arrays and Python numbers.
 Conventions shared by every implementation:
 
 * vectors are 1-D; index vectors are int64 and hold *global* positions;
+* thresholds are compared in the vector's own precision (float32 for
+  float32 gradients);
 * ``topk_abs_indices`` breaks ties toward the lower index, so every framework
   (and the numpy references in ``tests/``) selects the same set;
 * ``scatter_add`` is only called with unique indices, which keeps it
@@ -55,8 +57,12 @@ class ArrayOps:
         """``x / divisor`` (a new vector)."""
         raise NotImplementedError
 
-    def count_abs_ge(self, x, threshold):
-        """Host int: how many ``|x[i]| >= threshold``."""
+    def count_abs_ge_each(self, x, thresholds):
+        """Host int64 array: for each threshold ``t`` (ascending), how many ``|x[i]| >= t``."""
+        raise NotImplementedError
+
+    def select_abs_ge(self, indices, values, threshold):
+        """``indices[|values| >= threshold]``."""
         raise NotImplementedError
 
     def count_unique(self, indices):
@@ -101,7 +107,7 @@ class NumpyOps(ArrayOps):
         return bool(np.isfinite(x).all())
 
     def abs_ge_indices(self, x, threshold, start, stop):
-        return np.flatnonzero(np.abs(x[start:stop]) >= threshold) + start
+        return np.flatnonzero(np.abs(x[start:stop]) >= x.dtype.type(threshold)) + start
 
     def topk_abs_indices(self, x, k, start, stop):
         magnitude = np.abs(x[start:stop])
@@ -128,8 +134,13 @@ class NumpyOps(ArrayOps):
     def divide(self, x, divisor):
         return x / x.dtype.type(divisor)
 
-    def count_abs_ge(self, x, threshold):
-        return int(np.count_nonzero(np.abs(x) >= threshold))
+    def count_abs_ge_each(self, x, thresholds):
+        magnitude = np.sort(np.abs(x))
+        below = np.searchsorted(magnitude, np.asarray(thresholds).astype(x.dtype), side="left")
+        return (magnitude.size - below).astype(np.int64)
+
+    def select_abs_ge(self, indices, values, threshold):
+        return indices[np.abs(values) >= values.dtype.type(threshold)]
 
     def count_unique(self, indices):
         return int(np.unique(indices).size)

@@ -1,24 +1,32 @@
 """Magnitude-threshold control for the partition family (MiCRO, ExDyna).
 
-Every rank updates the threshold from the same global numbers of the last
-step (total count ``K = sum_i k_i`` and ``K_probe``, the number of selected
-elements with ``|acc| >= (1 + probe) * thr``, both carried by the step's
-header), so thresholds stay identical on all ranks with no extra message.
+Every rank derives its threshold from the same global numbers, carried by the
+step's header (the small allgather every exchange starts with), so the
+thresholds are identical on all ranks and no message is added.
 
-* :func:`initial_threshold` (t = 0, the Decision of ALGORITHMS.md): each
-  rank takes the ``k`` largest magnitudes of the partition it owns; the
-  ``k``-th largest of all ranks' candidates is exactly the threshold that
-  selects ``k`` elements at t = 0.  One-off cost: a top-k over ``n/P`` and an
-  allgather of ``k`` values.
-* :class:`PaperControl`: the multiplicative rule of MiCRO/ExDyna's released
-  code, with our Decision for the dead band (x1.00125 above, x0.9987 below).
-* :class:`AdaptiveControl` (default): a Newton step on ``log K`` vs
-  ``log thr``.  Around the threshold the count behaves like
-  ``K(thr) ~ thr^(-a)``; the probe count gives the local exponent
-  ``a = log(K / K_probe) / log(1 + probe)`` and the update
-  ``thr *= (K / k) ** (1 / a)`` removes the density error in one step if the
-  gradient did not change, and follows a change of scale (a learning-rate
-  drop) within a few steps.  Factors are clipped to ``[1/4, 4]``.
+Each step a control offers a *ladder* of candidate thresholds (rungs); every
+rank counts its own ``|acc_i| >= rung`` inside its partition for each rung,
+the counts travel in the header, and every rank picks the same rung from the
+global counts.  The rung is used for this step's selection and seeds the next
+step's ladder.
+
+* :func:`initial_threshold` (t = 0, the Decision of ALGORITHMS.md): each rank
+  takes the ``k`` largest magnitudes of the partition it owns; the ``k``-th
+  largest of all ranks' candidates selects exactly ``k`` elements.  One-off
+  cost: a top-k over ``n/P`` and an allgather of ``k`` values.
+* :class:`PaperControl`: one rung, scaled after the step by MiCRO/ExDyna's
+  released rule, with our Decision for the dead band (x1.00125 when
+  ``1 < K/k <= 1.1``, x0.9987 when ``1/1.1 <= K/k < 1``).  It follows the
+  gradient with a lag, and its +-10 % band lets the error sit near 10 %.
+* :class:`AdaptiveControl` (default, ours): rungs every 0.4 % (in log) from
+  ``low`` times the last threshold up to twice it, plus 8 coarse rungs up
+  to 4 times it; the rung whose global count is nearest ``k`` (in
+  ``|log(K/k)|``) is chosen *in the same step*, so the density error is only
+  the ladder's resolution (a 0.4 % threshold step moves the count by about
+  ``0.4 a`` % for a tail ``K(thr) ~ thr^-a``), and a jump of the gradient
+  scale within the ladder is absorbed at once.  ``low = 4 ** (-1/a)``
+  (clipped to ``[0.5, 0.8]``) follows the measured exponent ``a``, keeping
+  the candidates (elements above ``low * thr``) within a few ``k``.
 """
 
 import math
@@ -45,14 +53,19 @@ def initial_threshold(acc, k, start, stop, context):
 
 
 class PaperControl:
-    """MiCRO/ExDyna's rule: ``r = K/k``; x1.005 above 1.1, x0.995 below 1/1.1,
-    and inside the band x1.00125 when ``r > 1``, x0.9987 when ``r < 1``."""
+    """MiCRO/ExDyna's multiplicative rule (one rung)."""
 
     name = "paper"
-    probe = 0.0
 
-    def update(self, threshold, total, probe_count, k):
-        ratio = total / k
+    def rungs(self, threshold):
+        return np.array([threshold], dtype=np.float64)
+
+    def choose(self, counts, k):
+        return 0
+
+    def next_threshold(self, rungs, counts, chosen, k):
+        ratio = counts[chosen] / k
+        threshold = rungs[chosen]
         if ratio > 1.1:
             return threshold * 1.005
         if ratio < 1 / 1.1:
@@ -63,31 +76,60 @@ class PaperControl:
             return threshold * 0.9987
         return threshold
 
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
 
 class AdaptiveControl:
-    """Newton step in log-log space with a measured tail exponent (our controller).
+    """Same-step choice from a ladder of thresholds (our controller).
 
-    Hyper-parameters: ``probe`` (0.1) places the probe count at
-    ``(1 + probe) * thr``; ``default_exponent`` (2.0) is used when the probe
-    count says nothing (no element, or all, above the probe); the exponent is
-    clipped to ``[0.5, 50]`` and the factor to ``[1/4, 4]``.
+    Hyper-parameters: ``resolution`` (0.004, log spacing of the fine rungs),
+    ``span`` (0.5: fine rungs reach ``e**span`` times the last threshold),
+    ``reach`` (4: 8 coarse rungs from there up to ``reach`` times it),
+    ``low`` in ``[0.5, 0.8]`` (starts at 0.5: the lowest rung and candidate
+    floor).  After a step whose threshold rose (a one-step spike of the
+    gradient scale), the floor also reaches the threshold before it.
     """
 
     name = "adaptive"
+    resolution, span, reach, coarse = 0.004, 0.7, 4.0, 8
+    low_range = (0.5, 0.8)
 
-    def __init__(self, probe=0.1, default_exponent=2.0):
-        self.probe, self.default_exponent = probe, default_exponent
+    def __init__(self):
+        self.low = self.low_range[0]
+        self.fall = 1.0  # previous / current threshold when it rose, else 1
 
-    def update(self, threshold, total, probe_count, k):
-        if total == 0:
-            return threshold / 4
-        if 0 < probe_count < total:
-            exponent = math.log(total / probe_count) / math.log(1 + self.probe)
+    def rungs(self, threshold):
+        floor = math.log(self.low * self.fall)
+        fine = floor + self.resolution * np.arange(int((self.span - floor) / self.resolution) + 1)
+        coarse = np.linspace(self.span, math.log(self.reach), self.coarse + 1)[1:]
+        self.base = threshold
+        return threshold * np.exp(np.concatenate([fine, coarse]))
+
+    def choose(self, counts, k):
+        counts = np.asarray(counts, dtype=np.float64)
+        distance = np.where(counts > 0, np.abs(np.log(np.maximum(counts, 1) / k)), np.inf)
+        return int(np.argmin(distance)) if np.isfinite(distance).any() else 0
+
+    def next_threshold(self, rungs, counts, chosen, k):
+        low, high = self.low_range
+        if chosen > 0 and counts[chosen] > 0:
+            exponent = math.log(counts[0] / counts[chosen]) / math.log(rungs[chosen] / rungs[0])
+            self.low = min(max(4.0 ** (-1.0 / max(exponent, 1e-3)), low), high)
         else:
-            exponent = self.default_exponent
-        exponent = min(max(exponent, 0.5), 50.0)
-        factor = (total / k) ** (1.0 / exponent)
-        return threshold * min(max(factor, 0.25), 4.0)
+            self.low = low
+        chosen_threshold = float(rungs[chosen])
+        self.fall = min(1.0, self.base / chosen_threshold)
+        return chosen_threshold
+
+    def state_dict(self):
+        return {"low": self.low, "fall": self.fall}
+
+    def load_state_dict(self, state):
+        self.low, self.fall = float(state["low"]), float(state["fall"])
 
 
 CONTROLS = {"paper": PaperControl, "adaptive": AdaptiveControl}

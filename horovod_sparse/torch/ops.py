@@ -17,7 +17,7 @@ class TorchOps(ArrayOps):
         return bool(torch.isfinite(x).all())
 
     def abs_ge_indices(self, x, threshold, start, stop):
-        return torch.nonzero(x[start:stop].abs() >= threshold).squeeze(1) + start
+        return torch.nonzero(x[start:stop].abs() >= float(threshold)).squeeze(1) + start
 
     def topk_abs_indices(self, x, k, start, stop):
         magnitude = x[start:stop].abs()
@@ -51,8 +51,16 @@ class TorchOps(ArrayOps):
     def divide(self, x, divisor):
         return x / divisor
 
-    def count_abs_ge(self, x, threshold):
-        return int((x.abs() >= threshold).sum())
+    def count_abs_ge_each(self, x, thresholds):
+        rungs = torch.as_tensor(thresholds, dtype=x.dtype, device=x.device)
+        if x.numel() == 0:
+            return np.zeros(len(thresholds), dtype=np.int64)
+        magnitude = torch.sort(x.abs()).values
+        below = torch.searchsorted(magnitude, rungs, right=False)
+        return (x.numel() - below).cpu().numpy().astype(np.int64)
+
+    def select_abs_ge(self, indices, values, threshold):
+        return indices[values.abs() >= float(threshold)]
 
     def count_unique(self, indices):
         return int(torch.unique(indices).numel())

@@ -13,7 +13,8 @@ Communication (both): allgather the index lists, allreduce every worker's own
 ``acc`` at all gathered indices, divide by ``P``; the residual is zeroed at
 **all** gathered indices on every worker.  The threshold is estimated from the
 data at the first step and then scaled online from global counts only (see
-``core.threshold``), so all ranks agree without extra messages.
+``core.threshold``: a ladder of thresholds whose per-rank counts ride in the
+step's header), so all ranks agree without extra messages.
 
 Hyper-parameters: ``density`` (0.001); ``threshold_control`` ``"adaptive"``
 (default, ours) or ``"paper"``; ExDyna's ``rebalance`` ``"proportional"``
@@ -62,35 +63,42 @@ class ExclusivePartitionSparsifier(Sparsifier):
         threshold = self.threshold
         if threshold is None:
             threshold = max(initial_threshold(acc, k, start, stop, context), _TINY)
-        probe = getattr(self.control, "probe", 0.0)
+        rungs = np.maximum(self.control.rungs(threshold), _TINY)
         with context.timed_selection():
-            indices = ops.abs_ge_indices(acc, threshold, start, stop)
-            probe_count = ops.count_abs_ge(ops.take(acc, indices), threshold * (1 + probe))
-        table = context.exchange_header(len(indices), probe_count)
-        counts, probe_counts = table[:, 0], table[:, 1]
+            candidates = ops.abs_ge_indices(acc, rungs[0], start, stop)
+            magnitudes = ops.take(acc, candidates)
+            ladder = ops.count_abs_ge_each(magnitudes, rungs)
+        table = context.exchange_header(len(candidates), *ladder)
+        chosen = self.control.choose(table[:, 1:].sum(axis=0), k)
+        counts = table[:, 1 + chosen]
+        with context.timed_selection():
+            indices = candidates if chosen == 0 else ops.select_abs_ge(candidates, magnitudes,
+                                                                        rungs[chosen])
         union = gather_indices(context, indices, counts)
         aggregate = average_disjoint(context, union, acc)
-        self._commit(threshold, int(counts.sum()), int(probe_counts.sum()), k, counts)
-        self.last_step = context.step
+        self._commit(rungs, table[:, 1:].sum(axis=0), chosen, k, counts, context.step)
         self.commit_layout(layout_state)
-        return aggregate, step_metrics(context, k, counts, counts.sum(), threshold)
+        return aggregate, step_metrics(context, k, counts, counts.sum(), rungs[chosen])
 
-    def _commit(self, threshold, total, probe_total, k, counts):
-        self.last_counts = [int(c) for c in counts]
+    def _commit(self, rungs, ladder, chosen, k, counts, step):
+        self.last_counts, self.last_step = [int(c) for c in counts], step
+        threshold = self.control.next_threshold(rungs, ladder, chosen, k)
+        total = int(ladder[chosen])
         if isinstance(self.control, AdaptiveControl) and not (
                 k / _REESTIMATE_RATIO <= total <= k * _REESTIMATE_RATIO):
             self.threshold = None  # far off (or nothing selected): measure again next step
             return
-        self.threshold = max(self.control.update(threshold, total, probe_total, k), _TINY)
+        self.threshold = max(threshold, _TINY)
 
     def state_dict(self):
         return {"threshold": self.threshold, "last_counts": self.last_counts,
-                "last_step": self.last_step}
+                "last_step": self.last_step, "control": self.control.state_dict()}
 
     def load_state_dict(self, state):
         self.threshold = state["threshold"]
         self.last_counts = state["last_counts"]
         self.last_step = state["last_step"]
+        self.control.load_state_dict(state["control"])
 
 
 class MiCRO(ExclusivePartitionSparsifier):

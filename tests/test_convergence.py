@@ -1,0 +1,44 @@
+"""Convergence on real data (scikit-learn's bundled digits) under horovodrun.
+
+Accuracy is the mean test accuracy of the last five epochs (the test split has
+360 images, so one image is 0.28 points).
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from launch import horovodrun
+
+pytestmark = pytest.mark.horovod
+EPOCHS = 60
+
+
+def _train(size, methods, tmp_path, density=0.01):
+    out = tmp_path / "results.json"
+    horovodrun(size, "tests/workers/convergence.py", out, density, EPOCHS, ",".join(methods),
+               timeout=900)
+    return {r["method"]: r for r in json.loads(out.read_text())}
+
+
+def _final(result):
+    return float(np.mean(result["accuracies"][-5:]))
+
+
+def test_partition_methods_match_dense_accuracy_on_four_ranks(tmp_path):
+    results = _train(4, ["none", "micro", "exdyna", "deft"], tmp_path)
+    dense = _final(results["none"])
+    assert dense > 0.95
+    for method in ("micro", "exdyna", "deft"):
+        result = results[method]
+        assert _final(result) >= dense - 0.01, (method, _final(result), dense)
+        assert abs(result["buildup_mean"] - 1.0) < 1e-9 or method == "deft"
+    for method in ("micro", "exdyna"):  # threshold-controlled density
+        assert results[method]["density_error_mean"] <= 0.02, results[method]
+        assert results[method]["density_error_max"] <= 0.05, results[method]
+
+
+def test_topk_matches_dense_accuracy_on_two_ranks(tmp_path):
+    results = _train(2, ["none", "topk"], tmp_path)
+    assert _final(results["topk"]) >= _final(results["none"]) - 0.01, results["topk"]["accuracies"]

@@ -1,0 +1,32 @@
+"""The framework-free core over mpi4py (mpirun -np 3) equals the numpy references."""
+
+import json
+
+import numpy as np
+import pytest
+
+import reference
+from gradients import sizes, stream
+from harness import CASES
+from launch import mpirun
+
+pytestmark = pytest.mark.horovod
+
+
+def test_mpi4py_core_matches_reference(tmp_path):
+    steps, seed, density, size = 20, 5, 0.02, 3
+    mpirun(size, "tests/workers/mpi_exchange.py", tmp_path, steps, seed, density, json.dumps(CASES))
+    grads = stream(seed, steps, size)
+    for index, (method, options) in enumerate(CASES):
+        expected = reference.run(method, grads, density, sizes(), **options)
+        for rank in range(size):
+            got = np.load(tmp_path / f"case{index}.rank{rank}.npz")
+            for step, want in enumerate(expected):
+                where = f"{method} {options} rank {rank} step {step}"
+                np.testing.assert_array_equal(got["aggregate"][step], want["aggregate"], where)
+                np.testing.assert_array_equal(got["residual"][step], want["residuals"][rank], where)
+                assert list(got["counts"][step]) == want["counts"], where
+                if "threshold" in want:
+                    assert float(got["threshold"][step]) == want["threshold"], where
+                if "edges" in want:
+                    assert list(got["edges"][step]) == want["edges"], where
