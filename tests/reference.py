@@ -112,7 +112,7 @@ def initial_blocks(n, P, target=1024):
     block = (n // target) // 32 * 32
     if block == 0:
         block = 32 if n >= 32 * P else 1
-    num_blocks = min(target, n // block) if block > 1 else n
+    num_blocks = n // block  # the remainder stays under one block
     per, extra = divmod(num_blocks, P)
     edges = [0]
     for j in range(P):

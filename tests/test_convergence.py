@@ -12,7 +12,7 @@ import pytest
 from launch import horovodrun
 
 pytestmark = pytest.mark.horovod
-EPOCHS = 60
+EPOCHS = 40
 
 
 def _train(size, methods, tmp_path, density=0.01):
@@ -33,7 +33,6 @@ def test_partition_methods_match_dense_accuracy_on_four_ranks(tmp_path):
     for method in ("micro", "exdyna", "deft"):
         result = results[method]
         assert _final(result) >= dense - 0.01, (method, _final(result), dense)
-        assert abs(result["buildup_mean"] - 1.0) < 1e-9 or method == "deft"
     for method in ("micro", "exdyna"):  # threshold-controlled density
         assert results[method]["density_error_mean"] <= 0.02, results[method]
         assert results[method]["density_error_max"] <= 0.05, results[method]

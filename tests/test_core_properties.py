@@ -234,3 +234,23 @@ def test_bad_configuration_names_the_parameter():
 
 def test_sizes_helper_is_consistent():
     assert sum(sizes()) == dyadic_gradient(0, 0, 0).size
+
+
+@pytest.mark.parametrize("factor", [0.1, 8.0])
+def test_adaptive_threshold_follows_a_jump_of_the_gradient_scale(factor):
+    """Like a learning-rate drop (x0.1) or a loss spike (x8) at step 15: the
+    density error is back under 5 % one step after the jump; the paper rule
+    is still far off 15 steps later."""
+    def grads(steps=30, size=4):
+        return [[(np.random.default_rng([t, r]).standard_t(3, 20000)
+                  * (factor if t >= 15 else 1)).astype(np.float32) for r in range(size)]
+                for t in range(steps)]
+    stream_ = grads()
+    for control, limit in (("adaptive", 0.05), ("paper", None)):
+        records = run_core("exdyna", {"threshold_control": control}, stream_, 0.01,
+                           shapes=[(200, 100)])[0]
+        errors = [abs(r["nnz"] / 200 - 1) for r in records]
+        if limit is not None:
+            assert max(errors[5:15]) <= limit and max(errors[16:]) <= limit, errors
+        else:
+            assert min(errors[16:]) > 0.2, errors

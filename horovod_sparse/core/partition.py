@@ -46,10 +46,13 @@ class BlockPartition:
     """ExDyna's layout: ``num_blocks`` blocks of ``block`` elements, ``P`` partitions.
 
     ``edges[j]:edges[j+1]`` are partition ``j``'s blocks; the last partition
-    also takes the ``n - num_blocks * block`` remainder elements.  Blocks:
-    1024 of ``floor(n / 1024)`` rounded down to a multiple of 32 (ExDyna).
-    For models under 32 Ki elements (where that block would be under 32) we
-    use blocks of 32, and for models under ``32 P`` blocks of one element.
+    also takes the ``n - num_blocks * block`` remainder elements.  Block size:
+    ``floor(n / 1024)`` rounded down to a multiple of 32 (ExDyna); 32 for
+    models under 32 Ki elements and 1 for models under ``32 P``.  Ours: we
+    use ``floor(n / block)`` blocks (1024 up to the rounding) so the
+    remainder stays under one block -- with exactly 1024 blocks the rounding
+    can leave up to ``31 * 1024`` elements to the last partition, beyond the
+    reach of rebalancing (23 % of an 85 K-parameter model).
     Every partition keeps at least ``min_blocks`` blocks: ExDyna's
     ``num_blocks // (4P)`` by default (see :func:`paper_min_blocks`).
     """
@@ -66,7 +69,7 @@ class BlockPartition:
         block = (n // target_blocks) // alignment * alignment
         if block == 0:
             block = alignment if n >= alignment * size else 1
-        num_blocks = min(target_blocks, n // block) if block > 1 else n
+        num_blocks = n // block
         edges = tuple(start for start, _ in even_bounds(num_blocks, size)) + (num_blocks,)
         if min_blocks is None:
             min_blocks = paper_min_blocks(num_blocks, size)

@@ -23,8 +23,9 @@ import horovod_sparse.torch as hs  # noqa: E402
 def run_case(method, options, args, rank):
     params = [torch.nn.Parameter(torch.zeros(shape)) for shape in SHAPES]
     named = [(f"p{i}", p) for i, p in enumerate(params)]
-    compression = hs.Compression.create(method, density=args.density, named_parameters=named,
-                                        **options)
+    unnamed = options.pop("unnamed", False)  # built from hyper-parameters alone
+    compression = hs.Compression.create(method, density=args.density,
+                                        named_parameters=None if unnamed else named, **options)
     placeholders = []
     compress = compression.compress
 
@@ -37,7 +38,7 @@ def run_case(method, options, args, rank):
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.0), named_parameters=named,
                                          compression=compression)
     rows = {key: [] for key in ("aggregate", "residual", "counts", "nnz", "threshold",
-                                "elements_sent", "elements_received", "edges")}
+                                "elements_sent", "elements_received", "edges", "order")}
     for step in range(args.steps):
         optimizer.zero_grad()  # torch 2: grads set to None, new tensors each step
         grads = split(dyadic_gradient(args.seed, step, rank, skew=args.skew))
@@ -46,7 +47,11 @@ def run_case(method, options, args, rank):
         optimizer.synchronize()
         metrics = compression.metrics()
         state = compression.state_dict()["sparsifier"]
-        rows["aggregate"].append(torch.cat([p.grad.reshape(-1) for p in params]).numpy().copy())
+        # parameters in the compressor's flattening order (named: p0, p1, ...; unnamed: hook order)
+        order = [SHAPES.index(tuple(shape)) for shape in compression.layout.shapes]
+        rows["order"].append(order)
+        rows["aggregate"].append(
+            torch.cat([params[i].grad.reshape(-1) for i in order]).numpy().copy())
         rows["residual"].append(np.concatenate(list(compression.state_dict()["residuals"].values())))
         rows["counts"].append(metrics.counts)
         rows["nnz"].append(metrics.nnz)

@@ -36,6 +36,14 @@ _TINY = float(np.finfo(np.float32).tiny)
 _REESTIMATE_RATIO = 16.0
 
 
+def ladder_candidates(ops, acc, rungs, start, stop):
+    """One pass over ``acc[start:stop]``: the elements at or above the lowest rung,
+    their values, and this rank's count at every rung (ascending ``rungs``)."""
+    candidates = ops.abs_ge_indices(acc, rungs[0], start, stop)
+    values = ops.take(acc, candidates)
+    return candidates, values, ops.count_abs_ge_each(values, rungs)
+
+
 class ExclusivePartitionSparsifier(Sparsifier):
     """Threshold selection inside a rotating exclusive partition (MiCRO's core)."""
 
@@ -65,9 +73,7 @@ class ExclusivePartitionSparsifier(Sparsifier):
             threshold = max(initial_threshold(acc, k, start, stop, context), _TINY)
         rungs = np.maximum(self.control.rungs(threshold), _TINY)
         with context.timed_selection():
-            candidates = ops.abs_ge_indices(acc, rungs[0], start, stop)
-            magnitudes = ops.take(acc, candidates)
-            ladder = ops.count_abs_ge_each(magnitudes, rungs)
+            candidates, magnitudes, ladder = ladder_candidates(ops, acc, rungs, start, stop)
         table = context.exchange_header(len(candidates), *ladder)
         chosen = self.control.choose(table[:, 1:].sum(axis=0), k)
         counts = table[:, 1 + chosen]

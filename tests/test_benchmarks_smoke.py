@@ -1,0 +1,26 @@
+"""Every benchmark runs in its --quick mode (numbers are never asserted)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from launch import ROOT, horovodrun
+
+
+def test_selection_cost_quick():
+    out = subprocess.run([sys.executable, "benchmarks/selection_cost.py", "--quick"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert "exdyna/pass" in out and "1,000,000" in out
+
+
+@pytest.mark.horovod
+def test_convergence_quick():
+    out = horovodrun(2, "benchmarks/convergence.py", "--quick", "--methods", "none,exdyna")
+    assert "exdyna: accuracy" in out
+
+
+def test_rebalance_quick():
+    out = subprocess.run([sys.executable, "benchmarks/rebalance.py", "--quick"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert "exdyna/proportional" in out
