@@ -4,7 +4,7 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.horovod_sparse-installed
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: install demo test test-core test-horovod bench docs clean
+.PHONY: install demo test test-core bench clean
 
 install: $(STAMP)
 
@@ -17,6 +17,13 @@ demo: install
 
 test: install
 	$(PY) -m pytest tests
+
+bench: install
+	$(PY) benchmarks/selection_cost.py
+	$(PY) benchmarks/rebalance.py
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/sparse_allreduce.py
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/threshold_control.py
 
 test-core: install
 	$(PY) -m pytest tests -m "not horovod"

@@ -88,6 +88,7 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
                "ranks": size, "parameters": n, "accuracy": accuracies[-1],
                "best_accuracy": max(accuracies), "accuracies": accuracies,
                "samples_per_second": float(batch_size * size / times.mean()),
+               "density_per_step": [m.density for m in getattr(compressor, "history", [])],
                "step_ms": float(1000 * times.mean())}
     if compression == "none":  # one allreduce: n floats sent and n received (logical payload)
         summary.update(density=1.0, density_error_mean=0.0, density_error_max=0.0,

@@ -19,6 +19,8 @@ WHEEL_DIR=$CACHE_DIR/horovod-$HOROVOD_VERSION-torch$TORCH_VERSION-tf$TF_VERSION
 APT_PACKAGES="openmpi-bin libopenmpi-dev libhighwayhash-dev libfarmhash-dev"
 
 log() { printf '\n==> %s\n' "$*"; }
+# pip, without the machine's notes about configured-but-absent local indexes
+venv_pip() { "$VENV/bin/pip" "$@" 2> >(grep -v "^WARNING: Location '" >&2); }
 
 install_apt_packages() {
   local missing=()
@@ -39,7 +41,7 @@ create_venv() {
     "$PYTHON" -m venv "$VENV"
   fi
   log "Installing Python dependencies"
-  "$VENV/bin/pip" install -q \
+  venv_pip install -q \
     "torch==$TORCH_VERSION" "tensorflow-cpu==$TF_VERSION" "tf_keras==$TF_VERSION" \
     mpi4py numpy pytest pytest-timeout scikit-learn matplotlib
 }
@@ -52,7 +54,7 @@ build_horovod_wheel() {
   log "Building Horovod $HOROVOD_VERSION (a few minutes; cached afterwards in $WHEEL_DIR)"
   local work
   work=$(mktemp -d)
-  "$VENV/bin/pip" download -q --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION" -d "$work"
+  venv_pip download -q --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION" -d "$work"
   tar -xzf "$work"/horovod-$HOROVOD_VERSION.tar.gz -C "$work"
   local src=$work/horovod-$HOROVOD_VERSION
   # TensorFlow 2.21 no longer compiles Horovod's XLA ops (off by default at run time).
@@ -74,7 +76,7 @@ WRAP
     export CXX="$work/cxx17" CC=gcc MAKEFLAGS=-j"$(nproc)"
     export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
     export HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_MXNET=1
-    "$VENV/bin/pip" wheel -q --no-build-isolation --no-deps --no-cache-dir "$src" -w "$work/dist"
+    venv_pip wheel -q --no-build-isolation --no-deps --no-cache-dir "$src" -w "$work/dist"
   )
   mkdir -p "$WHEEL_DIR"
   cp "$work"/dist/horovod-*.whl "$WHEEL_DIR/"
@@ -88,13 +90,13 @@ install_horovod() {
   fi
   build_horovod_wheel
   log "Installing Horovod"
-  "$VENV/bin/pip" install -q --force-reinstall --no-deps "$WHEEL_DIR"/horovod-*.whl
-  "$VENV/bin/pip" install -q cloudpickle psutil pyyaml packaging cffi
+  venv_pip install -q --force-reinstall --no-deps "$WHEEL_DIR"/horovod-*.whl
+  venv_pip install -q cloudpickle psutil pyyaml packaging cffi
 }
 
 install_package() {
   log "Installing horovod_sparse (editable)"
-  "$VENV/bin/pip" install -q --no-build-isolation -e "$ROOT[torch,tensorflow]"
+  venv_pip install -q --no-build-isolation -e "$ROOT[torch,tensorflow]"
 }
 
 install_apt_packages

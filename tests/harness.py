@@ -3,7 +3,7 @@
 import numpy as np
 
 import reference
-from gradients import SHAPES, stream, sizes
+from gradients import SHAPES, sizes
 from horovod_sparse.core import GradientExchange, Layout, NumpyOps, create, run_simulated
 
 CASES = [

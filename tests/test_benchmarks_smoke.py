@@ -24,3 +24,15 @@ def test_rebalance_quick():
     out = subprocess.run([sys.executable, "benchmarks/rebalance.py", "--quick"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300, check=True).stdout
     assert "exdyna/proportional" in out
+
+
+@pytest.mark.horovod
+def test_threshold_control_quick():
+    out = horovodrun(2, "benchmarks/threshold_control.py", "--quick")
+    assert "exdyna  adaptive" in out
+
+
+@pytest.mark.horovod
+def test_sparse_allreduce_quick():
+    out = horovodrun(2, "benchmarks/sparse_allreduce.py", "--quick")
+    assert "exdyna" in out and "dense" in out

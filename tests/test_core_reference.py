@@ -2,7 +2,8 @@
 
 import pytest
 
-from harness import CASES, assert_matches_reference, run_core, stream
+from gradients import stream
+from harness import CASES, assert_matches_reference, run_core
 
 
 @pytest.mark.parametrize("size", [2, 3, 4])

@@ -1,6 +1,6 @@
 """Collectives the sparsifiers use, behind one small interface, with traffic metering.
 
-A :class:`Communicator` offers four collectives over framework vectors
+A :class:`Communicator` offers three collectives over framework vectors
 
 * ``allgather(x, counts)``: concatenation of every rank's ``x`` in rank order;
   ``counts[r]`` (known to all ranks) is rank ``r``'s length;
@@ -8,7 +8,8 @@ A :class:`Communicator` offers four collectives over framework vectors
 * ``broadcast(x, root)``: ``root``'s ``x`` on every rank;
 
 and ``allgather_host(a)`` / ``broadcast_host(a, root)`` for small fixed-size
-numpy control arrays (``allgather_host`` returns shape ``(P,) + a.shape``).  Implementations: :class:`SimulatedCommunicator`
+numpy control arrays (``allgather_host`` returns shape ``(P,) + a.shape``).
+Implementations: :class:`SimulatedCommunicator`
 (threads in one process, for unit tests), ``horovod_sparse.torch.comm``
 (Horovod), ``horovod_sparse.mpi`` (mpi4py).
 
