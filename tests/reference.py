@@ -53,10 +53,9 @@ def topk(grads, density):
         accs = [g + e for g, e in zip(step_grads, residuals)]
         selections = [top_magnitudes(acc, k, 0, n) for acc in accs]
         aggregate = np.zeros(n, np.float32)
-        for acc, selected in zip(accs, selections):
+        for acc, selected in zip(accs, selections):  # each value / P, added in worker order
             for i in selected:
-                aggregate[i] = np.float32(aggregate[i] + acc[i])
-        aggregate = (aggregate / np.float32(P)).astype(np.float32)
+                aggregate[i] = np.float32(aggregate[i] + acc[i] / np.float32(P))
         for acc, selected in zip(accs, selections):
             acc[selected] = 0
         residuals = accs

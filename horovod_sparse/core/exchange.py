@@ -30,9 +30,10 @@ NONFINITE_POLICIES = ("raise", "skip")
 class StepContext:
     """What a sparsifier needs during one exchange: ops, communicator, layout, step."""
 
-    def __init__(self, ops, comm, layout, step, finite):
+    def __init__(self, ops, comm, layout, step, finite, aggregate):
         self.ops, self.comm, self.layout, self.step = ops, comm, layout, step
         self.finite = finite
+        self._aggregate = aggregate
         self.selection_time = 0.0
         self.communication_time = 0.0
 
@@ -43,6 +44,11 @@ class StepContext:
     @property
     def size(self):
         return self.comm.size
+
+    def new_aggregate(self):
+        """This step's dense output buffer, zeroed."""
+        self.ops.fill_zero(self._aggregate)
+        return self._aggregate
 
     def timed_selection(self):
         return _Stopwatch(self, "selection_time")
@@ -105,6 +111,9 @@ class GradientExchange:
         self.feedback = ErrorFeedback(ops)
         self.step_count = 0
         self.history = []
+        # Two output buffers, alternating: the aggregate a step returns stays
+        # valid through the next step (Horovod makes p.grad a view of it).
+        self._aggregates, self._output_size = [None, None], None
 
     @property
     def metrics(self):
@@ -119,13 +128,13 @@ class GradientExchange:
         self.comm.reset_traffic()
         acc = self.feedback.accumulate(grads, layout)
         context = StepContext(self.ops, self.comm, layout, self.step_count,
-                              finite=self.ops.all_finite(acc))
+                              finite=self.ops.all_finite(acc), aggregate=self._output(layout, acc))
         try:
             aggregate, metrics = self.sparsifier.exchange(acc, context)
         except NonFiniteGradientError:
             if self.nonfinite == "raise":
                 raise
-            aggregate = self.ops.zeros(layout.n, acc)
+            aggregate = context.new_aggregate()
             metrics = StepMetrics(step=self.step_count, n=layout.n, k=self.sparsifier.k(layout.n),
                                   counts=[0] * self.comm.size, nnz=0, skipped=True)
         else:
@@ -140,6 +149,14 @@ class GradientExchange:
         self.history.append(metrics)
         self.step_count += 1
         return aggregate
+
+    def _output(self, layout, like):
+        if self._output_size != layout.n:
+            self._aggregates, self._output_size = [None, None], layout.n
+        slot = self.step_count % 2
+        if self._aggregates[slot] is None:
+            self._aggregates[slot] = self.ops.zeros(layout.n, like)
+        return self._aggregates[slot]
 
     def state_dict(self, layout):
         return {"step": self.step_count,

@@ -30,7 +30,7 @@ class ErrorFeedback:
             self._spare = self.ops.zeros(layout.n, self.residual)
         acc = self._spare
         for grad, (start, stop) in zip(grads, layout.bounds):
-            self.ops.add(self.residual[start:stop], grad, out=acc[start:stop])
+            self.ops.add_slice(acc, self.residual, grad, start, stop)
         return acc
 
     def commit(self, acc):

@@ -9,6 +9,8 @@ host as numpy arrays and Python numbers.
 Conventions shared by every implementation:
 
 * vectors are 1-D; index vectors are int64 and hold *global* positions;
+* ``zeros`` and ``from_host`` return writable buffers (``zero_at``,
+  ``scatter_add`` and ``add_slice`` update them in place);
 * thresholds are compared in the vector's own precision (float32 for
   float32 gradients);
 * ``topk_abs_indices`` breaks ties toward the lower index, so every framework
@@ -26,8 +28,12 @@ class ArrayOps:
     def zeros(self, n, like):
         raise NotImplementedError
 
-    def add(self, a, b, out):
-        """``out = a + b`` (elementwise, ``out`` may be ``a``)."""
+    def add_slice(self, out, a, b, start, stop):
+        """``out[start:stop] = a[start:stop] + b`` in place."""
+        raise NotImplementedError
+
+    def fill_zero(self, x):
+        """Set every element of the buffer ``x`` to zero, in place."""
         raise NotImplementedError
 
     def all_finite(self, x):
@@ -100,8 +106,11 @@ class NumpyOps(ArrayOps):
         dtype = np.float32 if like is None else like.dtype
         return np.zeros(n, dtype=dtype)
 
-    def add(self, a, b, out):
-        return np.add(a, b, out=out)
+    def add_slice(self, out, a, b, start, stop):
+        np.add(a[start:stop], b, out=out[start:stop])
+
+    def fill_zero(self, x):
+        x.fill(0)
 
     def all_finite(self, x):
         return bool(np.isfinite(x).all())

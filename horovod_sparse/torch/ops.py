@@ -1,5 +1,7 @@
 """``ArrayOps`` over torch tensors: every per-element step runs on the tensor's device."""
 
+import math
+
 import numpy as np
 import torch
 
@@ -7,17 +9,44 @@ from ..core.ops import ArrayOps
 
 
 class TorchOps(ArrayOps):
+    """Selection scans the partition in chunks of ``chunk`` elements through two
+    reusable scratch buffers, so the magnitudes and the mask stay in cache and
+    no gradient-sized temporary is allocated per step."""
+
+    chunk = 1 << 18
+
+    def __init__(self):
+        self._scratch = {}
+
+    def _buffers(self, like):
+        key = (like.device, like.dtype)
+        if key not in self._scratch:
+            self._scratch[key] = (torch.empty(self.chunk, dtype=like.dtype, device=like.device),
+                                  torch.empty(self.chunk, dtype=torch.bool, device=like.device))
+        return self._scratch[key]
+
     def zeros(self, n, like):
         return torch.zeros(n, dtype=torch.float32, device=like.device)
 
-    def add(self, a, b, out):
-        return torch.add(a, b, out=out)
+    def add_slice(self, out, a, b, start, stop):
+        torch.add(a[start:stop], b, out=out[start:stop])
+
+    def fill_zero(self, x):
+        x.zero_()
 
     def all_finite(self, x):
-        return bool(torch.isfinite(x).all())
+        # A finite sum means every element is finite; only an overflowing sum needs the full check.
+        return math.isfinite(float(x.sum())) or bool(torch.isfinite(x).all())
 
     def abs_ge_indices(self, x, threshold, start, stop):
-        return torch.nonzero(x[start:stop].abs() >= float(threshold)).squeeze(1) + start
+        magnitude, mask = self._buffers(x)
+        found = []
+        for first in range(start, stop, self.chunk):
+            last = min(first + self.chunk, stop)
+            torch.abs(x[first:last], out=magnitude[:last - first])
+            torch.ge(magnitude[:last - first], float(threshold), out=mask[:last - first])
+            found.append(torch.nonzero(mask[:last - first]).squeeze(1) + first)
+        return torch.cat(found) if found else torch.empty(0, dtype=torch.int64, device=x.device)
 
     def topk_abs_indices(self, x, k, start, stop):
         magnitude = x[start:stop].abs()
@@ -52,12 +81,12 @@ class TorchOps(ArrayOps):
         return x / divisor
 
     def count_abs_ge_each(self, x, thresholds):
-        rungs = torch.as_tensor(thresholds, dtype=x.dtype, device=x.device)
-        if x.numel() == 0:
-            return np.zeros(len(thresholds), dtype=np.int64)
-        magnitude = torch.sort(x.abs()).values
-        below = torch.searchsorted(magnitude, rungs, right=False)
-        return (x.numel() - below).cpu().numpy().astype(np.int64)
+        rungs = torch.as_tensor(np.asarray(thresholds), dtype=x.dtype, device=x.device)
+        # bucket b = how many rungs are <= |x|; the count at rung j is #(bucket > j)
+        buckets = torch.bucketize(x.abs(), rungs, right=True)
+        per_bucket = torch.bincount(buckets, minlength=len(rungs) + 1)
+        at_or_above = torch.flip(torch.cumsum(torch.flip(per_bucket, [0]), 0), [0])
+        return at_or_above[1:].cpu().numpy().astype(np.int64)
 
     def select_abs_ge(self, indices, values, threshold):
         return indices[values.abs() >= float(threshold)]

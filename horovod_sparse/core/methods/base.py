@@ -50,7 +50,7 @@ def average_disjoint(context, union, acc):
     ops, comm = context.ops, context.comm
     with context.timed_communication():
         summed = comm.allreduce_sum(ops.take(acc, union))
-    aggregate = ops.zeros(context.layout.n, acc)
+    aggregate = context.new_aggregate()
     ops.scatter_add(aggregate, union, ops.divide(summed, comm.size))
     ops.zero_at(acc, union)
     return aggregate

@@ -2,8 +2,9 @@
 Sparsification in Distributed Deep Learning", 2019).
 
 Each worker selects ``idx = topk(|acc|, k)`` over the whole vector, the
-workers allgather (indices, values), every worker adds all lists into a dense
-vector (worker order, so identical bits everywhere) and divides by ``P``.
+workers allgather (indices, values), and every worker adds all lists, each
+value divided by ``P``, into a dense vector in worker order (identical bits
+everywhere).
 Residual: zero the coordinates *this* worker sent.  Selection
 ``O(n log k)``; traffic ``2k`` sent and ``2k(P-1)`` received; build-up up to
 ``P`` (the union may hold up to ``Pk`` coordinates).
@@ -27,10 +28,10 @@ class TopK(Sparsifier):
         gathered = gather_indices(context, indices, counts)
         with context.timed_communication():
             gathered_values = comm.allgather(values, counts)
-        aggregate = ops.zeros(n, acc)
+        aggregate = context.new_aggregate()
         offsets = np.concatenate([[0], np.cumsum(counts)])
         for start, stop in zip(offsets[:-1], offsets[1:]):
-            ops.scatter_add(aggregate, gathered[start:stop], gathered_values[start:stop])
-        aggregate = ops.divide(aggregate, comm.size)
+            ops.scatter_add(aggregate, gathered[start:stop],
+                            ops.divide(gathered_values[start:stop], comm.size))
         ops.zero_at(acc, indices)
         return aggregate, step_metrics(context, k, counts, ops.count_unique(gathered))

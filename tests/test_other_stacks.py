@@ -1,4 +1,6 @@
-"""The framework-free core over mpi4py (mpirun -np 3) equals the numpy references."""
+"""The core on other stacks equals the numpy references bit for bit: numpy over
+mpi4py (mpirun -np 3) and TensorFlow tensors over Horovod's TF collectives
+(horovodrun -np 2)."""
 
 import json
 
@@ -8,14 +10,12 @@ import pytest
 import reference
 from gradients import sizes, stream
 from harness import CASES
-from launch import mpirun
+from launch import horovodrun, mpirun
 
 pytestmark = pytest.mark.horovod
 
 
-def test_mpi4py_core_matches_reference(tmp_path):
-    steps, seed, density, size = 20, 5, 0.02, 3
-    mpirun(size, "tests/workers/mpi_exchange.py", tmp_path, steps, seed, density, json.dumps(CASES))
+def _compare(tmp_path, steps, seed, density, size):
     grads = stream(seed, steps, size)
     for index, (method, options) in enumerate(CASES):
         expected = reference.run(method, grads, density, sizes(), **options)
@@ -30,3 +30,16 @@ def test_mpi4py_core_matches_reference(tmp_path):
                     assert float(got["threshold"][step]) == want["threshold"], where
                 if "edges" in want:
                     assert list(got["edges"][step]) == want["edges"], where
+
+
+def test_mpi4py_core_matches_reference(tmp_path):
+    steps, seed, density, size = 20, 5, 0.02, 3
+    mpirun(size, "tests/workers/mpi_exchange.py", tmp_path, steps, seed, density, json.dumps(CASES))
+    _compare(tmp_path, steps, seed, density, size)
+
+
+def test_tensorflow_core_matches_reference(tmp_path):
+    steps, seed, density, size = 12, 6, 0.02, 2
+    horovodrun(size, "tests/workers/tf_exchange.py", tmp_path, steps, seed, density,
+               json.dumps(CASES))
+    _compare(tmp_path, steps, seed, density, size)

@@ -1,0 +1,55 @@
+"""``Communicator`` over Horovod's TensorFlow collectives (eager mode)."""
+
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+
+from ..core.comm import Communicator
+
+
+class HorovodTensorFlowCommunicator(Communicator):
+    """Collectives of ``process_set`` (default: all ranks) through ``horovod.tensorflow``.
+
+    Names follow :class:`horovod_sparse.torch.comm.HorovodTorchCommunicator`.
+    """
+
+    def __init__(self, process_set=None):
+        super().__init__()
+        self.process_set = process_set if process_set is not None else hvd.global_process_set
+        self.rank = self.process_set.rank()
+        self.size = self.process_set.size()
+        self._calls = 0
+
+    def reset_traffic(self):
+        self._calls = 0
+        return super().reset_traffic()
+
+    def _name(self):
+        self._calls += 1
+        return f"horovod_sparse.{self._calls}"
+
+    def _numel(self, x):
+        return int(tf.size(x))
+
+    def _itemsize(self, x):
+        return x.dtype.size
+
+    def _allgather(self, x, counts):
+        return hvd.allgather(tf.convert_to_tensor(x), name=self._name(),
+                             process_set=self.process_set)
+
+    def _allreduce_sum(self, x):
+        return hvd.allreduce(tf.convert_to_tensor(x), op=hvd.Sum, name=self._name(),
+                             process_set=self.process_set)
+
+    def _broadcast(self, x, root):
+        return hvd.broadcast(tf.convert_to_tensor(x), root, name=self._name(),
+                             process_set=self.process_set)
+
+    def _allgather_host(self, array):
+        return hvd.allgather(tf.constant(array[None]), name=self._name(),
+                             process_set=self.process_set).numpy()
+
+    def _broadcast_host(self, array, root):
+        return np.asarray(hvd.broadcast(tf.constant(array), root, name=self._name(),
+                                        process_set=self.process_set).numpy())

@@ -1,0 +1,40 @@
+"""Rank program (horovodrun): the core on TensorFlow tensors and Horovod's TF collectives."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+import horovod.tensorflow as hvd
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from gradients import SHAPES, dyadic_gradient  # noqa: E402
+from harness import layout_of, record_of  # noqa: E402
+
+from horovod_sparse.core import GradientExchange, create  # noqa: E402
+from horovod_sparse.tensorflow import HorovodTensorFlowCommunicator, TensorFlowOps  # noqa: E402
+
+
+def main():
+    out, steps, seed, density = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    cases = json.loads(sys.argv[5])
+    hvd.init()
+    comm = HorovodTensorFlowCommunicator()
+    layout = layout_of(SHAPES)
+    for index, (method, options) in enumerate(cases):
+        exchange = GradientExchange(create(method, density=density, **options), TensorFlowOps(),
+                                    comm)
+        rows = {"aggregate": [], "residual": [], "counts": [], "nnz": [], "threshold": [], "edges": []}
+        for step in range(steps):
+            flat = tf.constant(dyadic_gradient(seed, step, comm.rank))
+            aggregate = exchange.step([flat[s:e] for s, e in layout.bounds], layout)
+            record = record_of(exchange, np.array(aggregate))
+            for key in rows:
+                rows[key].append(record.get(key, []))
+        np.savez(os.path.join(out, f"case{index}.rank{comm.rank}.npz"),
+                 **{key: np.array(value) for key, value in rows.items()})
+
+
+if __name__ == "__main__":
+    main()
