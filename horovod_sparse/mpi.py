@@ -33,6 +33,14 @@ class MpiCommunicator(Communicator):
         self.comm.Bcast(out, root=root)
         return out
 
+    def _alltoall(self, x, splits):
+        x = np.ascontiguousarray(x)
+        received_splits = np.empty(self.size, dtype=np.int64)
+        self.comm.Alltoall(np.asarray(splits, dtype=np.int64), received_splits)
+        out = np.empty(int(received_splits.sum()), dtype=x.dtype)
+        self.comm.Alltoallv([x, splits], [out, received_splits.tolist()])
+        return out, received_splits.tolist()
+
     def _allgather_host(self, array):
         out = np.empty((self.size,) + array.shape, dtype=array.dtype)
         self.comm.Allgather(array, out)

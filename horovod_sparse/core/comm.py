@@ -1,11 +1,14 @@
 """Collectives the sparsifiers use, behind one small interface, with traffic metering.
 
-A :class:`Communicator` offers three collectives over framework vectors
+A :class:`Communicator` offers four collectives over framework vectors
 
 * ``allgather(x, counts)``: concatenation of every rank's ``x`` in rank order;
   ``counts[r]`` (known to all ranks) is rank ``r``'s length;
 * ``allreduce_sum(x)``: elementwise sum over ranks, identical bits everywhere;
 * ``broadcast(x, root)``: ``root``'s ``x`` on every rank;
+* ``alltoall(x, splits)``: rank ``r`` sends ``splits[j]`` consecutive
+  elements of ``x`` to rank ``j`` and returns what it received, in rank
+  order, with the received splits;
 
 and ``allgather_host(a)`` / ``broadcast_host(a, root)`` for small fixed-size
 numpy control arrays (``allgather_host`` returns shape ``(P,) + a.shape``).
@@ -80,6 +83,18 @@ class Communicator:
                             self._itemsize(x))
         return self._broadcast(x, root)
 
+    def alltoall(self, x, splits):
+        splits = [int(s) for s in splits]
+        if len(splits) != self.size or sum(splits) != self._numel(x):
+            raise ValueError(f"alltoall splits {splits} do not cover rank {self.rank}'s "
+                             f"{self._numel(x)} elements")
+        received, received_splits = self._alltoall(x, splits)
+        received_splits = [int(s) for s in received_splits]
+        own = splits[self.rank]
+        self.traffic.record("alltoall", sum(splits) - own, sum(received_splits) - own,
+                            self._itemsize(x))
+        return received, received_splits
+
     def allgather_host(self, array):
         array = np.ascontiguousarray(array)
         self.traffic.record("allgather", array.size, array.size * (self.size - 1),
@@ -107,6 +122,9 @@ class Communicator:
         raise NotImplementedError
 
     def _broadcast(self, x, root):
+        raise NotImplementedError
+
+    def _alltoall(self, x, splits):
         raise NotImplementedError
 
     def _allgather_host(self, array):
@@ -154,6 +172,13 @@ class SimulatedCommunicator(Communicator):
 
     def _broadcast(self, x, root):
         return np.array(self._group.exchange(self.rank, x)[root], copy=True)
+
+    def _alltoall(self, x, splits):
+        parts = []
+        for sent, their_splits in self._group.exchange(self.rank, (np.asarray(x), splits)):
+            start = sum(their_splits[:self.rank])
+            parts.append(sent[start:start + their_splits[self.rank]])
+        return np.concatenate(parts), [len(part) for part in parts]
 
     def _allgather_host(self, array):
         return np.stack(self._group.exchange(self.rank, array))

@@ -46,6 +46,12 @@ class HorovodTensorFlowCommunicator(Communicator):
         return hvd.broadcast(tf.convert_to_tensor(x), root, name=self._name(),
                              process_set=self.process_set)
 
+    def _alltoall(self, x, splits):
+        received, received_splits = hvd.alltoall(
+            tf.convert_to_tensor(x), splits=tf.constant(splits, dtype=tf.int32),
+            name=self._name(), process_set=self.process_set)
+        return received, received_splits.numpy().tolist()
+
     def _allgather_host(self, array):
         return hvd.allgather(tf.constant(array[None]), name=self._name(),
                              process_set=self.process_set).numpy()

@@ -44,6 +44,12 @@ class HorovodTorchCommunicator(Communicator):
     def _broadcast(self, x, root):
         return hvd.broadcast(x, root, name=self._name(), process_set=self.process_set)
 
+    def _alltoall(self, x, splits):
+        received, received_splits = hvd.alltoall(
+            x, splits=torch.tensor(splits, dtype=torch.int32), name=self._name(),
+            process_set=self.process_set)
+        return received, received_splits.tolist()
+
     def _allgather_host(self, array):
         gathered = hvd.allgather(torch.from_numpy(array[None]), name=self._name(),
                                  process_set=self.process_set)

@@ -1,0 +1,53 @@
+"""Every Communicator collective, on real ranks, for each backend."""
+
+import json
+
+import numpy as np
+import pytest
+
+from horovod_sparse.core import run_simulated
+from launch import horovodrun, mpirun
+
+
+def _reports(out):
+    return [json.loads(line.split(">:", 1)[-1]) for line in out.splitlines() if '"checks"' in line]
+
+
+def _assert_all(out, size):
+    reports = _reports(out)
+    assert sorted(r["rank"] for r in reports) == list(range(size)), out
+    for report in reports:
+        assert all(report["checks"].values()), report
+
+
+@pytest.mark.horovod
+def test_horovod_torch_collectives_gloo():
+    _assert_all(horovodrun(3, "tests/workers/collectives.py", "torch"), 3)
+
+
+@pytest.mark.horovod
+def test_horovod_torch_collectives_mpi():
+    _assert_all(mpirun(3, "tests/workers/collectives.py", "torch"), 3)
+
+
+@pytest.mark.horovod
+def test_horovod_tensorflow_collectives():
+    _assert_all(horovodrun(2, "tests/workers/collectives.py", "tensorflow"), 2)
+
+
+@pytest.mark.horovod
+def test_mpi4py_collectives():
+    _assert_all(mpirun(3, "tests/workers/collectives.py", "mpi4py"), 3)
+
+
+def test_simulated_alltoall_and_metering():
+    def worker(comm):
+        splits = [comm.rank + 1] * comm.size
+        data = np.full(sum(splits), comm.rank, dtype=np.float32)
+        received, received_splits = comm.alltoall(data, splits)
+        return received.tolist(), received_splits, comm.traffic.totals()
+
+    results = run_simulated(3, worker)
+    assert results[0][0] == [0.0, 1.0, 1.0, 2.0, 2.0, 2.0]
+    assert results[2][1] == [1, 2, 3]
+    assert results[1][2]["elements_sent"] == 4 and results[1][2]["bytes_received"] == 16
