@@ -32,7 +32,7 @@ def run_core(method, options, grads, density, shapes=SHAPES):
         for step_grads in grads:
             flat = step_grads[comm.rank]
             aggregate = exchange.step([flat[s:e] for s, e in layout.bounds], layout)
-            records.append(record_of(exchange, aggregate.copy()))
+            records.append(record_of(exchange, aggregate))
         return records
 
     return run_simulated(len(grads[0]), worker)
@@ -41,7 +41,7 @@ def run_core(method, options, grads, density, shapes=SHAPES):
 def record_of(exchange, aggregate):
     """The comparable outcome of one step on one rank."""
     metrics, state = exchange.metrics, exchange.sparsifier.state_dict()
-    record = dict(aggregate=aggregate, residual=np.array(exchange.feedback.residual),
+    record = dict(aggregate=np.array(aggregate), residual=np.array(exchange.feedback.residual),
                   counts=list(metrics.counts), nnz=metrics.nnz, threshold=metrics.threshold)
     if state.get("partition"):
         record["edges"] = list(state["partition"]["edges"])

@@ -15,3 +15,4 @@ def test_resume_is_bit_identical(method, tmp_path):
     reports = [json.loads(line.split(">:", 1)[-1]) for line in out.splitlines()
                if "bit_identical" in line]
     assert len(reports) == 2 and all(r["bit_identical"] for r in reports), reports
+    assert all(r["in_place_zeroing_identical"] for r in reports), reports

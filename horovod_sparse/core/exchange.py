@@ -123,7 +123,9 @@ class GradientExchange:
     def step(self, grads, layout):
         """Average the flat gradients ``grads`` (one per layout entry) sparsely.
 
-        Returns the flat averaged aggregate (``layout.n`` elements).
+        Returns the flat averaged aggregate (``layout.n`` elements).  It lives
+        in one of two output buffers used in turn: valid until the step after
+        next overwrites it (copy it to keep it longer).
         """
         self.comm.reset_traffic()
         acc = self.feedback.accumulate(grads, layout)

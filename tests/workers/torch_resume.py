@@ -1,5 +1,8 @@
 """Rank program: train straight for 12 steps, and 7 steps + checkpoint + fresh objects + 5.
 
+Also trains straight with gradients zeroed in place instead of set to None
+(then ``p.grad`` is a view of the compressor's output buffer): same result.
+
 Model and optimizer state are saved by rank 0, the compressor state (its
 residuals are per rank) by every rank; every rank reports whether the resumed
 run reproduced the uninterrupted one bit for bit.
@@ -31,10 +34,15 @@ def build(method):
     return model, optimizer, compression
 
 
-def train(model, optimizer, steps):
+def train(model, optimizer, steps, set_to_none=True):
     for step in steps:
         x = torch.from_numpy(dyadic_gradient(3, step, hvd.rank(), shapes=[(16, 40)]).reshape(16, 40))
-        optimizer.zero_grad()
+        if set_to_none:
+            optimizer.zero_grad()
+        else:  # gradients zeroed in place: p.grad stays a view of the compressor's output
+            for parameter in model.parameters():
+                if parameter.grad is not None:
+                    parameter.grad.zero_()
         model(x).square().mean().backward()
         optimizer.step()
 
@@ -45,6 +53,9 @@ def main():
     model, optimizer, _ = build(method)
     train(model, optimizer, range(STEPS))
     straight = [p.detach().clone() for p in model.parameters()]
+    model, optimizer, _ = build(method)
+    train(model, optimizer, range(STEPS), set_to_none=False)
+    in_place = all(torch.equal(a, b) for a, b in zip(straight, model.parameters()))
 
     model, optimizer, compression = build(method)
     train(model, optimizer, range(SPLIT))
@@ -60,7 +71,8 @@ def main():
     compression.load_state_dict(torch.load(f"{path}.rank{hvd.rank()}", weights_only=False))
     train(model, optimizer, range(SPLIT, STEPS))
     same = all(torch.equal(a, b) for a, b in zip(straight, model.parameters()))
-    print(json.dumps({"rank": hvd.rank(), "method": method, "bit_identical": same}), flush=True)
+    print(json.dumps({"rank": hvd.rank(), "method": method, "bit_identical": same,
+                      "in_place_zeroing_identical": in_place}), flush=True)
 
 
 if __name__ == "__main__":
