@@ -21,23 +21,14 @@ def _assert_all(out, size):
 
 
 @pytest.mark.horovod
-def test_horovod_torch_collectives_gloo():
-    _assert_all(horovodrun(3, "tests/workers/collectives.py", "torch"), 3)
-
-
-@pytest.mark.horovod
-def test_horovod_torch_collectives_mpi():
-    _assert_all(mpirun(3, "tests/workers/collectives.py", "torch"), 3)
-
-
-@pytest.mark.horovod
-def test_horovod_tensorflow_collectives():
-    _assert_all(horovodrun(2, "tests/workers/collectives.py", "tensorflow"), 2)
-
-
-@pytest.mark.horovod
-def test_mpi4py_collectives():
-    _assert_all(mpirun(3, "tests/workers/collectives.py", "mpi4py"), 3)
+@pytest.mark.parametrize("launcher,size,backend", [
+    (horovodrun, 3, "torch"),       # Horovod over Gloo
+    (mpirun, 3, "torch"),           # Horovod over MPI
+    (horovodrun, 2, "tensorflow"),
+    (mpirun, 3, "mpi4py"),
+], ids=["torch-gloo", "torch-mpi", "tensorflow-gloo", "mpi4py"])
+def test_collectives_on_real_ranks(launcher, size, backend):
+    _assert_all(launcher(size, "tests/workers/collectives.py", backend), size)
 
 
 def test_simulated_alltoall_and_metering():

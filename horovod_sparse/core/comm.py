@@ -134,6 +134,27 @@ class Communicator:
         raise NotImplementedError
 
 
+class ProcessSetCommunicator(Communicator):
+    """Base of the Horovod communicators: the ranks of a Horovod process set, and
+    operation names ``horovod_sparse.<n>`` with ``n`` counting the calls since the
+    last :meth:`reset_traffic` (one step), so each position in a step reuses its
+    name (Horovod's response cache) and all ranks agree on it."""
+
+    def __init__(self, process_set):
+        super().__init__()
+        self.process_set = process_set
+        self.rank, self.size = process_set.rank(), process_set.size()
+        self._calls = 0
+
+    def reset_traffic(self):
+        self._calls = 0
+        return super().reset_traffic()
+
+    def _name(self):
+        self._calls += 1
+        return f"horovod_sparse.{self._calls}"
+
+
 class _SimulatedGroup:
     """Shared mailbox and barrier of ``size`` simulated ranks (threads)."""
 

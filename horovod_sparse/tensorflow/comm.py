@@ -4,29 +4,14 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from ..core.comm import Communicator
+from ..core.comm import ProcessSetCommunicator
 
 
-class HorovodTensorFlowCommunicator(Communicator):
-    """Collectives of ``process_set`` (default: all ranks) through ``horovod.tensorflow``.
-
-    Names follow :class:`horovod_sparse.torch.comm.HorovodTorchCommunicator`.
-    """
+class HorovodTensorFlowCommunicator(ProcessSetCommunicator):
+    """Collectives of ``process_set`` (default: all ranks) through ``horovod.tensorflow``."""
 
     def __init__(self, process_set=None):
-        super().__init__()
-        self.process_set = process_set if process_set is not None else hvd.global_process_set
-        self.rank = self.process_set.rank()
-        self.size = self.process_set.size()
-        self._calls = 0
-
-    def reset_traffic(self):
-        self._calls = 0
-        return super().reset_traffic()
-
-    def _name(self):
-        self._calls += 1
-        return f"horovod_sparse.{self._calls}"
+        super().__init__(process_set if process_set is not None else hvd.global_process_set)
 
     def _numel(self, x):
         return int(tf.size(x))

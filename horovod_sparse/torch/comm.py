@@ -3,31 +3,14 @@
 import horovod.torch as hvd
 import torch
 
-from ..core.comm import Communicator
+from ..core.comm import ProcessSetCommunicator
 
 
-class HorovodTorchCommunicator(Communicator):
-    """Collectives of ``process_set`` (default: all ranks) through ``horovod.torch``.
-
-    Operation names are ``horovod_sparse.<n>`` with ``n`` counting the calls
-    since the last :meth:`reset_traffic` (one step), so the same position in
-    every step reuses its name (Horovod's response cache) and ranks agree.
-    """
+class HorovodTorchCommunicator(ProcessSetCommunicator):
+    """Collectives of ``process_set`` (default: all ranks) through ``horovod.torch``."""
 
     def __init__(self, process_set=None):
-        super().__init__()
-        self.process_set = process_set if process_set is not None else hvd.global_process_set
-        self.rank = self.process_set.rank()
-        self.size = self.process_set.size()
-        self._calls = 0
-
-    def reset_traffic(self):
-        self._calls = 0
-        return super().reset_traffic()
-
-    def _name(self):
-        self._calls += 1
-        return f"horovod_sparse.{self._calls}"
+        super().__init__(process_set if process_set is not None else hvd.global_process_set)
 
     def _numel(self, x):
         return x.numel()
