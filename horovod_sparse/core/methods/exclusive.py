@@ -75,14 +75,15 @@ class ExclusivePartitionSparsifier(Sparsifier):
         with context.timed_selection():
             candidates, magnitudes, ladder = ladder_candidates(ops, acc, rungs, start, stop)
         table = context.exchange_header(len(candidates), *ladder)
-        chosen = self.control.choose(table[:, 1:].sum(axis=0), k)
+        totals = table[:, 1:].sum(axis=0)  # global count at every rung
+        chosen = self.control.choose(totals, k)
         counts = table[:, 1 + chosen]
         with context.timed_selection():
             indices = candidates if chosen == 0 else ops.select_abs_ge(candidates, magnitudes,
                                                                         rungs[chosen])
         union = gather_indices(context, indices, counts)
         aggregate = average_disjoint(context, union, acc)
-        self._commit(rungs, table[:, 1:].sum(axis=0), chosen, k, counts, context.step)
+        self._commit(rungs, totals, chosen, k, counts, context.step)
         self.commit_layout(layout_state)
         return aggregate, step_metrics(context, k, counts, counts.sum(), rungs[chosen])
 
