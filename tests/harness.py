@@ -6,7 +6,7 @@ import reference
 from gradients import SHAPES, sizes
 from horovod_sparse.core import GradientExchange, Layout, NumpyOps, create, run_simulated
 
-CASES = [
+PARTITION_CASES = [
     ("topk", {}),
     ("micro", {}),
     ("micro", {"threshold_control": "paper"}),
@@ -15,6 +15,22 @@ CASES = [
     ("exdyna", {"threshold_control": "paper", "rebalance": "none"}),
     ("deft", {}),
 ]
+# Every case must match bit for bit whatever order a real allreduce adds in, so
+# a momentum that makes values non-dyadic only appears where no allreduce sums
+# them (DGC gathers) or in SIMULATED_ONLY (rank-order sums, like the references).
+BASELINE_CASES = [
+    ("gtopk", {}),
+    ("randomk", {"seed": 3}),
+    ("threshold", {}),
+    ("threshold", {"threshold": 1.0}),
+    ("dgc", {}),
+    ("dgc", {"momentum": 0.5, "clip_norm": 20.0, "warmup_steps": 3, "sample_ratio": 0.05}),
+    ("cltk", {}),
+    ("gssgd", {"momentum": 0.0}),
+    ("gssgd", {"momentum": 0.0, "rows": 4, "columns": 97, "candidates": 2}),
+]
+SIMULATED_ONLY = [("gssgd", {})]
+CASES = PARTITION_CASES + BASELINE_CASES
 
 
 def layout_of(shapes):
@@ -45,6 +61,8 @@ def record_of(exchange, aggregate):
                   counts=list(metrics.counts), nnz=metrics.nnz, threshold=metrics.threshold)
     if state.get("partition"):
         record["edges"] = list(state["partition"]["edges"])
+    if exchange.feedback.velocity is not None:
+        record["velocity"] = np.array(exchange.feedback.velocity)
     return record
 
 
@@ -58,8 +76,17 @@ def assert_matches_reference(method, options, per_rank, grads, density, shapes=S
             np.testing.assert_array_equal(got["residual"], want["residuals"][rank], err_msg=where)
             assert got["counts"] == want["counts"], where
             assert got["nnz"] == want["nnz"], where
-            if "threshold" in want:
-                assert got["threshold"] == want["threshold"], where
-            if "edges" in want:
-                assert got["edges"] == want["edges"], where
+            check_extras(got, want, rank, where)
     return expected
+
+
+def check_extras(got, want, rank, where):
+    """Thresholds, partitions and velocities, where the method has them."""
+    if "threshold" in want:
+        assert float(got["threshold"]) == want["threshold"], where
+    if "thresholds" in want:
+        assert float(got["threshold"]) == want["thresholds"][rank], where
+    if "edges" in want:
+        assert list(got["edges"]) == want["edges"], where
+    if "velocities" in want:
+        np.testing.assert_array_equal(got["velocity"], want["velocities"][rank], err_msg=where)

@@ -328,6 +328,215 @@ def deft(grads, density, sizes):
     return records
 
 
+# -- baselines with a shared union: Random-k, hard threshold, CLT-k --------------
+def _average_union(accs, union):
+    """Rank-order float32 sum of every worker's acc at ``union``, / P; zero union everywhere."""
+    P, n = len(accs), accs[0].size
+    aggregate = np.zeros(n, np.float32)
+    for i in union:
+        total = np.float32(0)
+        for acc in accs:
+            total = np.float32(total + acc[i])
+        aggregate[i] = total / np.float32(P)
+    for acc in accs:
+        acc[list(union)] = 0
+    return aggregate
+
+
+def randomk(grads, density, seed=0):
+    P, n = len(grads[0]), grads[0][0].size
+    k = k_of(density, n)
+    residuals = [np.zeros(n, np.float32) for _ in range(P)]
+    records = []
+    for t, step_grads in enumerate(grads):
+        accs = [g + e for g, e in zip(step_grads, residuals)]
+        chosen = sorted(int(i) for i in np.random.default_rng([seed, t]).choice(n, k, replace=False))
+        aggregate = _average_union(accs, chosen)
+        residuals = accs
+        records.append(_record(aggregate, residuals, counts=[k] * P, nnz=k))
+    return records
+
+
+def hard_threshold(grads, density, threshold=None):
+    P, n = len(grads[0]), grads[0][0].size
+    k = k_of(density, n)
+    thr = threshold if threshold is not None else 1 / (2 * math.sqrt(k))
+    residuals = [np.zeros(n, np.float32) for _ in range(P)]
+    records = []
+    for step_grads in grads:
+        accs = [g + e for g, e in zip(step_grads, residuals)]
+        selections = [[i for i in range(n) if abs(acc[i]) >= np.float32(thr)] for acc in accs]
+        union = sorted(set(i for s in selections for i in s))
+        aggregate = _average_union(accs, union)
+        residuals = accs
+        records.append(_record(aggregate, residuals, counts=[len(s) for s in selections],
+                               nnz=len(union), threshold=thr))
+    return records
+
+
+def cltk(grads, density):
+    P, n = len(grads[0]), grads[0][0].size
+    k = min(k_of(density, n), n)
+    residuals = [np.zeros(n, np.float32) for _ in range(P)]
+    records = []
+    for t, step_grads in enumerate(grads):
+        accs = [g + e for g, e in zip(step_grads, residuals)]
+        leader = t % P
+        chosen = top_magnitudes(accs[leader], k, 0, n)
+        aggregate = _average_union(accs, chosen)
+        residuals = accs
+        records.append(_record(aggregate, residuals, counts=[k if r == leader else 0 for r in range(P)],
+                               nnz=k))
+    return records
+
+
+# -- gTop-k ----------------------------------------------------------------------
+def gtopk(grads, density):
+    """Binary tree of pairwise merges toward worker 0; values then summed from every
+    worker's own local selections on the final set (our Decision, docs/methods.md)."""
+    P, n = len(grads[0]), grads[0][0].size
+    k = min(k_of(density, n), n)
+    residuals = [np.zeros(n, np.float32) for _ in range(P)]
+    records = []
+    for step_grads in grads:
+        accs = [g + e for g, e in zip(step_grads, residuals)]
+        local = [top_magnitudes(acc, k, 0, n) for acc in accs]
+        held = [{i: acc[i] for i in chosen} for acc, chosen in zip(accs, local)]
+        stride = 1
+        while stride < P:
+            for receiver in range(0, P, 2 * stride):
+                sender = receiver + stride
+                if sender < P:
+                    merged = dict(held[receiver])
+                    for i, value in held[sender].items():
+                        merged[i] = np.float32(merged[i] + value) if i in merged else value
+                    best = sorted(merged, key=lambda i: (-abs(float(merged[i])), i))[:k]
+                    held[receiver] = {i: merged[i] for i in best}
+                    held[sender] = {}
+            stride *= 2
+        final = sorted(held[0])
+        aggregate = np.zeros(n, np.float32)
+        for i in final:
+            total = np.float32(0)
+            for acc, chosen in zip(accs, local):
+                total = np.float32(total + (acc[i] if i in chosen else np.float32(0)))
+            aggregate[i] = total / np.float32(P)
+        for acc, chosen in zip(accs, local):
+            acc[[i for i in chosen if i in final]] = 0
+        residuals = accs
+        records.append(_record(aggregate, residuals, counts=[k] * P, nnz=len(final)))
+    return records
+
+
+# -- momentum correction (DGC, gs-SGD): u = m u + g, v = v + u --------------------
+def _velocities(momentum, velocities):
+    return {"velocities": [u.copy() for u in velocities]} if momentum else {}
+
+
+def _clipped(g, clip_norm, P):
+    if clip_norm is None:
+        return g
+    norm = math.sqrt(math.fsum(float(x) * float(x) for x in g))
+    coefficient = clip_norm / math.sqrt(P) / (norm + 1e-6)
+    return g * np.float32(coefficient) if coefficient < 1 else g
+
+
+def dgc(grads, density, momentum=0.9, sample_ratio=0.01, overshoot=1.3, clip_norm=None,
+        warmup_steps=0, warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0):
+    P, n = len(grads[0]), grads[0][0].size
+    velocities = [np.zeros(n, np.float32) for _ in range(P)]
+    residuals = [np.zeros(n, np.float32) for _ in range(P)]
+    records = []
+    for t, step_grads in enumerate(grads):
+        d = density
+        if warmup_steps and t < warmup_steps * len(warmup_densities):
+            d = max(density, warmup_densities[t // warmup_steps])
+        k = max(1, math.floor(d * n))
+        velocities = [np.float32(momentum) * u + _clipped(g, clip_norm, P)
+                      for u, g in zip(velocities, step_grads)]
+        accs = [v + u for v, u in zip(residuals, velocities)]
+        selections, thresholds = [], []
+        for r, acc in enumerate(accs):
+            samples = min(n, max(1, math.ceil(sample_ratio * n)))
+            positions = np.random.default_rng([seed, t, r]).integers(0, n, samples)
+            sampled = sorted((abs(float(acc[i])) for i in positions), reverse=True)
+            thr = sampled[max(1, math.ceil(d * samples)) - 1]
+            chosen = [i for i in range(n) if abs(float(acc[i])) >= thr]
+            if len(chosen) > overshoot * k:
+                chosen = sorted(sorted(chosen, key=lambda i: (-abs(float(acc[i])), i))[:k])
+            selections.append(chosen)
+            thresholds.append(thr)
+        aggregate = np.zeros(n, np.float32)
+        for acc, chosen in zip(accs, selections):
+            for i in chosen:
+                aggregate[i] = np.float32(aggregate[i] + acc[i] / np.float32(P))
+        for acc, u, chosen in zip(accs, velocities, selections):
+            acc[chosen] = 0
+            u[chosen] = 0
+        residuals = accs
+        nnz = len(set(i for s in selections for i in s))
+        records.append(_record(aggregate, residuals, counts=[len(s) for s in selections], nnz=nnz,
+                               thresholds=thresholds, **_velocities(momentum, velocities)))
+    return records
+
+
+def gssgd(grads, density, rows=5, columns=None, candidates=4, momentum=0.9, seed=0):
+    P, n = len(grads[0]), grads[0][0].size
+    k = min(k_of(density, n), n)
+    C = columns if columns is not None else 4 * k
+    prime = 2 ** 31 - 1
+    coefficients = np.random.default_rng(seed).integers(1, prime, size=(rows, 4)).tolist()
+    bucket = [[((a * i + b) % prime) % C for i in range(n)] for a, b, _, _ in coefficients]
+    sign = [[1 if ((c * i + d) % prime) % 2 == 0 else -1 for i in range(n)]
+            for _, _, c, d in coefficients]
+    velocities = [np.zeros(n, np.float32) for _ in range(P)]
+    residuals = [np.zeros(n, np.float32) for _ in range(P)]
+    records = []
+    for step_grads in grads:
+        velocities = [np.float32(momentum) * u + g for u, g in zip(velocities, step_grads)]
+        accs = [v + u for v, u in zip(residuals, velocities)]
+        table = np.zeros((rows, C), np.float32)
+        for acc in accs:  # the sum of the workers' sketches, in rank order
+            sketch = np.zeros((rows, C), np.float32)
+            for r in range(rows):
+                for i in range(n):
+                    sketch[r, bucket[r][i]] = np.float32(sketch[r, bucket[r][i]] + sign[r][i] * acc[i])
+            table = table + sketch
+        top = float(np.abs(table).max())
+        rungs = [0.0] + sorted(math.ldexp(top * (1 - f / 16), -o) for o in range(40) for f in range(8))
+        shares = even_partitions(n, P)
+        estimates = {}
+        for start, stop in shares:
+            for i in range(start, stop):
+                row_values = sorted(np.float32(sign[r][i] * table[r, bucket[r][i]]) for r in range(rows))
+                estimates[i] = row_values[(rows - 1) // 2]
+        magnitudes = np.abs(np.array(list(estimates.values()), np.float32))
+        totals = [int(np.count_nonzero(magnitudes >= np.float32(rung))) for rung in rungs]
+        chosen = max([j for j, total in enumerate(totals) if total >= candidates * k], default=0)
+        rung = np.float32(rungs[chosen])
+        per_worker = [[i for i in range(start, stop) if abs(estimates[i]) >= rung]
+                      for start, stop in shares]
+        pool = [i for share in per_worker for i in share]
+        exact = {}
+        for i in pool:
+            total = np.float32(0)
+            for acc in accs:
+                total = np.float32(total + acc[i])
+            exact[i] = total
+        selected = sorted(sorted(pool, key=lambda i: (-abs(float(exact[i])), i))[:k])
+        aggregate = np.zeros(n, np.float32)
+        for i in selected:
+            aggregate[i] = exact[i] / np.float32(P)
+        for acc, u in zip(accs, velocities):
+            acc[selected] = 0
+            u[selected] = 0
+        residuals = accs
+        records.append(_record(aggregate, residuals, counts=[len(s) for s in per_worker],
+                               nnz=len(selected), threshold=rungs[chosen],
+                               **_velocities(momentum, velocities)))
+    return records
+
+
 def run(method, grads, density, sizes, **options):
     if method == "topk":
         return topk(grads, density)
@@ -338,4 +547,6 @@ def run(method, grads, density, sizes, **options):
                          rebalance=options.get("rebalance", "proportional"))
     if method == "deft":
         return deft(grads, density, sizes)
-    raise ValueError(method)
+    baselines = {"gtopk": gtopk, "randomk": randomk, "threshold": hard_threshold, "dgc": dgc,
+                 "cltk": cltk, "gssgd": gssgd}
+    return baselines[method](grads, density, **options)

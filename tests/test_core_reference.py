@@ -3,11 +3,11 @@
 import pytest
 
 from gradients import stream
-from harness import CASES, assert_matches_reference, run_core
+from harness import CASES, SIMULATED_ONLY, assert_matches_reference, run_core
 
 
 @pytest.mark.parametrize("size", [2, 3, 4])
-@pytest.mark.parametrize("method,options", CASES)
+@pytest.mark.parametrize("method,options", CASES + SIMULATED_ONLY)
 def test_matches_reference_over_20_steps(method, options, size):
     grads = stream(seed=7, steps=20, size=size)
     assert_matches_reference(method, options, run_core(method, options, grads, 0.02), grads, 0.02)

@@ -16,6 +16,7 @@ error on all ranks (or, with ``nonfinite="skip"``, all ranks return a zero
 gradient and keep their residuals) instead of hanging or corrupting state.
 """
 
+import math
 import time
 
 import numpy as np
@@ -30,10 +31,11 @@ NONFINITE_POLICIES = ("raise", "skip")
 class StepContext:
     """What a sparsifier needs during one exchange: ops, communicator, layout, step."""
 
-    def __init__(self, ops, comm, layout, step, finite, aggregate):
+    def __init__(self, ops, comm, layout, step, finite, aggregate, feedback, acc):
         self.ops, self.comm, self.layout, self.step = ops, comm, layout, step
         self.finite = finite
         self._aggregate = aggregate
+        self._feedback, self._acc = feedback, acc
         self.selection_time = 0.0
         self.communication_time = 0.0
 
@@ -49,6 +51,11 @@ class StepContext:
         """This step's dense output buffer, zeroed."""
         self.ops.fill_zero(self._aggregate)
         return self._aggregate
+
+    def clear(self, indices):
+        """Error feedback: zero the communicated ``indices`` in this step's ``acc``
+        (and in the velocity under momentum correction)."""
+        self._feedback.clear(self._acc, indices)
 
     def timed_selection(self):
         return _Stopwatch(self, "selection_time")
@@ -108,7 +115,7 @@ class GradientExchange:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         self.sparsifier, self.ops, self.comm = sparsifier, ops, comm
         self.nonfinite = nonfinite
-        self.feedback = ErrorFeedback(ops)
+        self.feedback = ErrorFeedback(ops, momentum=getattr(sparsifier, "momentum", 0.0))
         self.step_count = 0
         self.history = []
         # Two output buffers, alternating: the aggregate a step returns stays
@@ -128,9 +135,10 @@ class GradientExchange:
         next overwrites it (copy it to keep it longer).
         """
         self.comm.reset_traffic()
-        acc = self.feedback.accumulate(grads, layout)
+        acc = self.feedback.accumulate(grads, layout, self._clip_scale(grads))
         context = StepContext(self.ops, self.comm, layout, self.step_count,
-                              finite=self.ops.all_finite(acc), aggregate=self._output(layout, acc))
+                              finite=self.ops.all_finite(acc), aggregate=self._output(layout, acc),
+                              feedback=self.feedback, acc=acc)
         try:
             aggregate, metrics = self.sparsifier.exchange(acc, context)
         except NonFiniteGradientError:
@@ -140,7 +148,7 @@ class GradientExchange:
             metrics = StepMetrics(step=self.step_count, n=layout.n, k=self.sparsifier.k(layout.n),
                                   counts=[0] * self.comm.size, nnz=0, skipped=True)
         else:
-            self.feedback.commit(acc)
+            self.feedback.commit()
         traffic = self.comm.traffic.totals()
         metrics.elements_sent = traffic["elements_sent"]
         metrics.elements_received = traffic["elements_received"]
@@ -152,6 +160,17 @@ class GradientExchange:
         self.step_count += 1
         return aggregate
 
+    def _clip_scale(self, grads):
+        """DGC's local gradient clipping: scale so ``||g|| <= clip_norm / sqrt(P)``
+        (``None`` when the sparsifier does not clip or the norm is already below)."""
+        clip_norm = getattr(self.sparsifier, "clip_norm", None)
+        if clip_norm is None:
+            return None
+        norm = math.sqrt(math.fsum(float(self.ops.segment_sq_norms(g, [(0, len(g))])[0])
+                                   for g in grads))
+        coefficient = clip_norm / math.sqrt(self.comm.size) / (norm + 1e-6)
+        return coefficient if coefficient < 1 else None
+
     def _output(self, layout, like):
         if self._output_size != layout.n:
             self._aggregates, self._output_size = [None, None], layout.n
@@ -161,11 +180,10 @@ class GradientExchange:
         return self._aggregates[slot]
 
     def state_dict(self, layout):
-        return {"step": self.step_count,
-                "residuals": self.feedback.state_dict(layout),
+        return {"step": self.step_count, **self.feedback.state_dict(layout),
                 "sparsifier": self.sparsifier.state_dict()}
 
     def load_state_dict(self, state):
         self.step_count = int(state["step"])
-        self.feedback.load_state_dict(state["residuals"])
+        self.feedback.load_state_dict(state)
         self.sparsifier.load_state_dict(state["sparsifier"])

@@ -1,65 +1,122 @@
 """Error feedback: the residual memory every sparsifier keeps.
 
 ``acc_t = g_t + e_t`` is formed in a spare buffer; the sparsifier zeroes the
-coordinates it has communicated, and only then does ``acc_t`` become the new
-residual ``e_{t+1}`` (:meth:`commit`).  Until the commit the old residual is
-untouched, so a step abandoned for a bad gradient loses nothing.  Which
-coordinates are zeroed is the sparsifier's rule (own selection for Top-k,
-every gathered index for the partition family, ...).
+coordinates it has communicated (:meth:`ErrorFeedback.clear`), and only then
+does ``acc_t`` become the new residual ``e_{t+1}`` (:meth:`commit`).  Until
+the commit the old residual is untouched, so a step abandoned for a bad
+gradient loses nothing.  Which coordinates are zeroed is the sparsifier's
+rule (own selection for Top-k, every gathered index for the partition
+family, ...).
+
+With ``momentum = m > 0`` the memory is DGC's *momentum correction*
+(Lin et al., ICLR 2018; also Sketched-SGD's worker state): a velocity
+``u_t = m u_{t-1} + g_t`` is kept too, ``acc_t = e_t + u_t``, and both are
+zeroed at the communicated coordinates ("factor masking").
 """
 
 import numpy as np
 
 
+class _Buffer:
+    """One flat state vector (current and spare), loadable by gradient name."""
+
+    def __init__(self):
+        self.current = self.spare = None
+        self.pending = {}
+
+    def load(self, state):
+        self.pending = {name: np.asarray(value, dtype=np.float32).reshape(-1)
+                        for name, value in state.items()}
+        self.current = self.spare = None
+
+    def ensure(self, ops, layout, like):
+        if self.current is None:
+            self.current = ops.from_host(_restore(self.pending, layout), like)
+            self.pending = {}
+        if self.spare is None:
+            self.spare = ops.zeros(layout.n, self.current)
+
+    def swap(self):
+        self.spare, self.current = self.current, self.spare
+
+    def state_dict(self, ops, layout):
+        if self.current is None or layout is None:
+            return dict(self.pending)
+        host = ops.to_host(self.current)
+        return {name: np.array(host[start:stop])
+                for name, (start, stop) in zip(layout.names, layout.bounds)}
+
+
+def _restore(saved, layout):
+    unknown = set(saved) - set(layout.names)
+    if unknown:
+        raise KeyError(f"saved state for gradients this model lacks: {sorted(unknown)}")
+    host = np.zeros(layout.n, dtype=np.float32)
+    for name, (start, stop) in zip(layout.names, layout.bounds):
+        if name in saved:
+            value = saved[name]
+            if value.size != stop - start:
+                raise ValueError(f"saved state for {name!r} has {value.size} elements, "
+                                 f"the model's gradient has {stop - start}")
+            host[start:stop] = value
+    return host
+
+
 class ErrorFeedback:
-    """Flat residual of the whole model, exposed per gradient name in ``state_dict``."""
+    """Flat residual (and velocity) of the whole model, saved per gradient name."""
 
-    def __init__(self, ops):
-        self.ops = ops
-        self.residual = None
-        self._spare = None
-        self._pending = {}
+    def __init__(self, ops, momentum=0.0):
+        self.ops, self.momentum = ops, float(momentum)
+        self._residual, self._velocity = _Buffer(), _Buffer()
 
-    def accumulate(self, grads, layout):
-        """Return ``acc = grads + residual`` (flat), written into the spare buffer."""
-        like = grads[0]
-        if self.residual is None:
-            self.residual = self.ops.from_host(self._initial_residual(layout), like)
-            self._pending = {}
-        if self._spare is None:
-            self._spare = self.ops.zeros(layout.n, self.residual)
-        acc = self._spare
+    @property
+    def residual(self):
+        return self._residual.current
+
+    @property
+    def velocity(self):
+        """``u`` of momentum correction (``None`` without momentum)."""
+        return self._velocity.current if self.momentum else None
+
+    def accumulate(self, grads, layout, scale=None):
+        """Return ``acc = residual + grads`` (``residual + u`` with momentum), in spare buffers.
+
+        ``scale`` (a number) multiplies every gradient first (local clipping).
+        """
+        ops, like = self.ops, grads[0]
+        self._residual.ensure(ops, layout, like)
+        if self.momentum:
+            self._velocity.ensure(ops, layout, like)
+        acc, velocity = self._residual.spare, self._velocity
         for grad, (start, stop) in zip(grads, layout.bounds):
-            self.ops.add_slice(acc, self.residual, grad, start, stop)
+            if scale is not None:
+                grad = ops.multiply(grad, scale)
+            if self.momentum:
+                ops.scale_add_slice(velocity.spare, velocity.current, self.momentum, grad,
+                                    start, stop)
+                grad = velocity.spare[start:stop]
+            ops.add_slice(acc, self.residual, grad, start, stop)
         return acc
 
-    def commit(self, acc):
-        """Make ``acc`` (after the sparsifier zeroed what it sent) the residual."""
-        self._spare, self.residual = self.residual, acc
+    def clear(self, acc, indices):
+        """Zero the communicated ``indices`` in ``acc`` (and in the new velocity)."""
+        self.ops.zero_at(acc, indices)
+        if self.momentum:
+            self.ops.zero_at(self._velocity.spare, indices)
+
+    def commit(self):
+        """Make the accumulated buffers (after :meth:`clear`) the new residual and velocity."""
+        self._residual.swap()
+        if self.momentum:
+            self._velocity.swap()
 
     def state_dict(self, layout):
-        if self.residual is None or layout is None:
-            return dict(self._pending)
-        host = self.ops.to_host(self.residual)
-        return {name: np.array(host[start:stop]) for name, (start, stop)
-                in zip(layout.names, layout.bounds)}
+        state = {"residuals": self._residual.state_dict(self.ops, layout)}
+        if self.momentum:
+            state["velocities"] = self._velocity.state_dict(self.ops, layout)
+        return state
 
     def load_state_dict(self, state):
-        """Restore residuals by gradient name; they are placed at the next step."""
-        self._pending = {name: np.asarray(value, dtype=np.float32).reshape(-1)
-                         for name, value in state.items()}
-        self.residual = self._spare = None
-
-    def _initial_residual(self, layout):
-        unknown = set(self._pending) - set(layout.names)
-        if unknown:
-            raise KeyError(f"saved residuals for gradients this model lacks: {sorted(unknown)}")
-        host = np.zeros(layout.n, dtype=np.float32)
-        for name, (start, stop) in zip(layout.names, layout.bounds):
-            if name in self._pending:
-                value = self._pending[name]
-                if value.size != stop - start:
-                    raise ValueError(f"saved residual for {name!r} has {value.size} elements, "
-                                     f"the model's gradient has {stop - start}")
-                host[start:stop] = value
-        return host
+        """Restore by gradient name; the vectors are placed at the next step."""
+        self._residual.load(state["residuals"])
+        self._velocity.load(state.get("velocities", {}))

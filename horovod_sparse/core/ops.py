@@ -98,6 +98,49 @@ class ArrayOps:
         """Squared L2 norms (float64, host) of ``x[s:e]`` for each ``(s, e)``."""
         raise NotImplementedError
 
+    def scale_add_slice(self, out, x, factor, y, start, stop):
+        """``out[start:stop] = factor * x[start:stop] + y`` in place (two roundings, no FMA)."""
+        raise NotImplementedError
+
+    def multiply(self, x, factor):
+        """``x * factor`` (a new vector; ``factor`` a number or a vector of ``x``'s length)."""
+        raise NotImplementedError
+
+    def unique(self, indices):
+        """The distinct ``indices``, ascending."""
+        raise NotImplementedError
+
+    def intersect(self, a, b):
+        """Indices in both ascending, duplicate-free index vectors, ascending."""
+        raise NotImplementedError
+
+    def merge_sum(self, indices_a, values_a, indices_b, values_b):
+        """Union of two sparse vectors: (ascending distinct indices, values summed per index)."""
+        raise NotImplementedError
+
+    def add_at(self, dense, indices, values):
+        """``dense[indices] += values`` in place, repeated indices summed in order."""
+        raise NotImplementedError
+
+    def hash_range(self, start, stop, a, b, buckets, like):
+        """int64 ``((a * i + b) mod (2**31 - 1)) mod buckets`` for ``i`` in ``[start, stop)``."""
+        raise NotImplementedError
+
+    def hash_signs(self, start, stop, a, b, like):
+        """``+1`` or ``-1`` (``like``'s dtype) by the parity of :meth:`hash_range`'s value."""
+        raise NotImplementedError
+
+    def median_rows(self, rows):
+        """Elementwise lower median of equally long vectors (the middle one for an odd count)."""
+        raise NotImplementedError
+
+    def max_abs(self, x):
+        """``max |x|`` as a Python float (0 for an empty vector)."""
+        raise NotImplementedError
+
+
+HASH_PRIME = 2 ** 31 - 1  # Carter-Wegman hashing modulus; a * i stays below 2**62
+
 
 class NumpyOps(ArrayOps):
     """Plain numpy implementation, used by mpi4py scripts and unit tests."""
@@ -172,3 +215,39 @@ class NumpyOps(ArrayOps):
     def segment_sq_norms(self, x, bounds):
         return np.array([np.dot(x[s:e].astype(np.float64), x[s:e].astype(np.float64))
                          for s, e in bounds], dtype=np.float64)
+
+    def scale_add_slice(self, out, x, factor, y, start, stop):
+        np.multiply(x[start:stop], x.dtype.type(factor), out=out[start:stop])
+        np.add(out[start:stop], y, out=out[start:stop])
+
+    def multiply(self, x, factor):
+        return x * (x.dtype.type(factor) if np.isscalar(factor) else factor)
+
+    def unique(self, indices):
+        return np.unique(indices)
+
+    def intersect(self, a, b):
+        return np.intersect1d(a, b, assume_unique=True)
+
+    def merge_sum(self, indices_a, values_a, indices_b, values_b):
+        merged, position = np.unique(np.concatenate([indices_a, indices_b]), return_inverse=True)
+        values = np.zeros(merged.size, dtype=values_a.dtype)
+        np.add.at(values, position, np.concatenate([values_a, values_b]))
+        return merged.astype(np.int64), values
+
+    def add_at(self, dense, indices, values):
+        np.add.at(dense, indices, values)
+
+    def hash_range(self, start, stop, a, b, buckets, like=None):
+        positions = np.arange(start, stop, dtype=np.int64)
+        return (positions * a + b) % HASH_PRIME % buckets
+
+    def hash_signs(self, start, stop, a, b, like=None):
+        dtype = np.float32 if like is None else like.dtype
+        return (1 - 2 * self.hash_range(start, stop, a, b, 2)).astype(dtype)
+
+    def median_rows(self, rows):
+        return np.sort(np.stack(rows), axis=0)[(len(rows) - 1) // 2]
+
+    def max_abs(self, x):
+        return float(np.abs(x).max()) if x.size else 0.0

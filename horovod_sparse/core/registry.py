@@ -2,9 +2,10 @@
 
 import inspect
 
-from .methods import DEFT, ExDyna, MiCRO, TopK
+from .methods import CLTK, DEFT, DGC, ExDyna, GsSGD, GTopK, HardThreshold, MiCRO, RandomK, TopK
 
-METHODS = {cls.name: cls for cls in (TopK, MiCRO, ExDyna, DEFT)}
+METHODS = {cls.name: cls for cls in (TopK, MiCRO, ExDyna, DEFT, GTopK, RandomK, HardThreshold, DGC,
+                                     CLTK, GsSGD)}
 
 
 def available():

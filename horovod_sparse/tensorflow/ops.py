@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from ..core.ops import ArrayOps
+from ..core.ops import HASH_PRIME, ArrayOps
 
 
 class TensorFlowOps(ArrayOps):
@@ -85,3 +85,45 @@ class TensorFlowOps(ArrayOps):
             return np.zeros(0, dtype=np.float64)
         return np.array([float(tf.reduce_sum(tf.square(tf.cast(x[s:e], tf.float64))))
                          for s, e in bounds], dtype=np.float64)
+
+    def scale_add_slice(self, out, x, factor, y, start, stop):
+        scaled = x[start:stop] * tf.cast(factor, out.dtype)
+        out[start:stop].assign(scaled + tf.cast(y, out.dtype))
+
+    def multiply(self, x, factor):
+        x = tf.convert_to_tensor(x)
+        return x * tf.cast(factor, x.dtype)
+
+    def unique(self, indices):
+        return tf.sort(tf.unique(indices).y)
+
+    def intersect(self, a, b):
+        if int(tf.size(b)) == 0:
+            return a[:0]
+        position = tf.minimum(tf.searchsorted(b, a, side="left"), tf.cast(tf.size(b) - 1, tf.int32))
+        return tf.boolean_mask(a, tf.gather(b, position) == a)
+
+    def merge_sum(self, indices_a, values_a, indices_b, values_b):
+        indices = tf.concat([indices_a, indices_b], 0)
+        order = tf.argsort(indices, stable=True)
+        merged, position = tf.unique(tf.gather(indices, order))
+        values = tf.math.unsorted_segment_sum(tf.gather(tf.concat([values_a, values_b], 0), order),
+                                              position, tf.size(merged))
+        return merged, values
+
+    def add_at(self, dense, indices, values):
+        dense.scatter_nd_add(indices[:, None], tf.cast(values, dense.dtype))
+
+    def hash_range(self, start, stop, a, b, buckets, like):
+        positions = tf.range(start, stop, dtype=tf.int64)
+        return tf.math.floormod(tf.math.floormod(positions * a + b, HASH_PRIME), buckets)
+
+    def hash_signs(self, start, stop, a, b, like):
+        parity = self.hash_range(start, stop, a, b, 2, like)
+        return tf.cast(1 - 2 * parity, like.dtype)
+
+    def median_rows(self, rows):
+        return tf.sort(tf.stack(rows), axis=0)[(len(rows) - 1) // 2]
+
+    def max_abs(self, x):
+        return float(tf.reduce_max(tf.abs(x))) if int(tf.size(x)) else 0.0

@@ -137,6 +137,16 @@ class SparseCompressor:
         return aggregates
 
 
+def _factory(method):
+    def factory(density=0.001, **options):
+        return Compression.create(method, density=density, **options)
+
+    factory.__name__ = factory.__qualname__ = method
+    factory.__doc__ = (f"A :class:`SparseCompressor` running ``{method}`` (hyper-parameters: "
+                       "see ``horovod_sparse.core.methods`` and docs/methods.md).")
+    return staticmethod(factory)
+
+
 class Compression:
     """Factories, used like Horovod's ``hvd.Compression.fp16``::
 
@@ -153,21 +163,16 @@ class Compression:
         return SparseCompressor(create(name, **hyperparameters), named_parameters=named_parameters,
                                 nonfinite=nonfinite, process_set=process_set)
 
-    @staticmethod
-    def topk(density=0.001, **options):
-        return Compression.create("topk", density=density, **options)
-
-    @staticmethod
-    def micro(density=0.001, **options):
-        return Compression.create("micro", density=density, **options)
-
-    @staticmethod
-    def exdyna(density=0.001, **options):
-        return Compression.create("exdyna", density=density, **options)
-
-    @staticmethod
-    def deft(density=0.001, **options):
-        return Compression.create("deft", density=density, **options)
+    topk = _factory("topk")
+    micro = _factory("micro")
+    exdyna = _factory("exdyna")
+    deft = _factory("deft")
+    gtopk = _factory("gtopk")
+    randomk = _factory("randomk")
+    threshold = _factory("threshold")
+    dgc = _factory("dgc")
+    cltk = _factory("cltk")
+    gssgd = _factory("gssgd")
 
 
 __all__ = ["Compression", "SparseCompressor"]

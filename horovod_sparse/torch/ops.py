@@ -5,7 +5,7 @@ import math
 import numpy as np
 import torch
 
-from ..core.ops import ArrayOps
+from ..core.ops import HASH_PRIME, ArrayOps
 
 
 class TorchOps(ArrayOps):
@@ -115,3 +115,40 @@ class TorchOps(ArrayOps):
             return np.zeros(0, dtype=np.float64)
         norms = torch.stack([x[s:e].to(torch.float64).square().sum() for s, e in bounds])
         return norms.cpu().numpy()
+
+    def scale_add_slice(self, out, x, factor, y, start, stop):
+        torch.mul(x[start:stop], factor, out=out[start:stop])
+        out[start:stop].add_(y)
+
+    def multiply(self, x, factor):
+        return x * factor
+
+    def unique(self, indices):
+        return torch.unique(indices, sorted=True)
+
+    def intersect(self, a, b):
+        return a[torch.isin(a, b)]
+
+    def merge_sum(self, indices_a, values_a, indices_b, values_b):
+        merged, position = torch.unique(torch.cat([indices_a, indices_b]), sorted=True,
+                                        return_inverse=True)
+        values = torch.zeros(merged.numel(), dtype=values_a.dtype, device=values_a.device)
+        values.index_add_(0, position, torch.cat([values_a, values_b]))
+        return merged, values
+
+    def add_at(self, dense, indices, values):
+        dense.index_add_(0, indices, values)
+
+    def hash_range(self, start, stop, a, b, buckets, like):
+        positions = torch.arange(start, stop, dtype=torch.int64, device=like.device)
+        return positions.mul_(a).add_(b).remainder_(HASH_PRIME).remainder_(buckets)
+
+    def hash_signs(self, start, stop, a, b, like):
+        parity = self.hash_range(start, stop, a, b, 2, like)
+        return parity.mul_(-2).add_(1).to(like.dtype)
+
+    def median_rows(self, rows):
+        return torch.stack(rows).median(dim=0).values
+
+    def max_abs(self, x):
+        return float(x.abs().max()) if x.numel() else 0.0

@@ -21,7 +21,8 @@ def main():
     layout = layout_of(SHAPES)
     for index, (method, options) in enumerate(cases):
         exchange = GradientExchange(create(method, density=density, **options), NumpyOps(), comm)
-        rows = {"aggregate": [], "residual": [], "counts": [], "nnz": [], "threshold": [], "edges": []}
+        rows = {"aggregate": [], "residual": [], "counts": [], "nnz": [], "threshold": [], "edges": [],
+                "velocity": []}
         for step in range(steps):
             flat = dyadic_gradient(seed, step, comm.rank)
             record = record_of(exchange, exchange.step([flat[s:e] for s, e in layout.bounds], layout))

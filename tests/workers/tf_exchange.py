@@ -25,7 +25,8 @@ def main():
     for index, (method, options) in enumerate(cases):
         exchange = GradientExchange(create(method, density=density, **options), TensorFlowOps(),
                                     comm)
-        rows = {"aggregate": [], "residual": [], "counts": [], "nnz": [], "threshold": [], "edges": []}
+        rows = {"aggregate": [], "residual": [], "counts": [], "nnz": [], "threshold": [], "edges": [],
+                "velocity": []}
         for step in range(steps):
             flat = tf.constant(dyadic_gradient(seed, step, comm.rank))
             aggregate = exchange.step([flat[s:e] for s, e in layout.bounds], layout)

@@ -38,7 +38,8 @@ def run_case(method, options, args, rank):
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.0), named_parameters=named,
                                          compression=compression)
     rows = {key: [] for key in ("aggregate", "residual", "counts", "nnz", "threshold",
-                                "elements_sent", "elements_received", "edges", "order")}
+                                "elements_sent", "elements_received", "edges", "order",
+                                "velocity")}
     for step in range(args.steps):
         optimizer.zero_grad()  # torch 2: grads set to None, new tensors each step
         grads = split(dyadic_gradient(args.seed, step, rank, skew=args.skew))
@@ -52,7 +53,10 @@ def run_case(method, options, args, rank):
         rows["order"].append(order)
         rows["aggregate"].append(
             torch.cat([params[i].grad.reshape(-1) for i in order]).numpy().copy())
-        rows["residual"].append(np.concatenate(list(compression.state_dict()["residuals"].values())))
+        saved = compression.state_dict()
+        rows["residual"].append(np.concatenate(list(saved["residuals"].values())))
+        rows["velocity"].append(np.concatenate(list(saved["velocities"].values()))
+                                if "velocities" in saved else [])
         rows["counts"].append(metrics.counts)
         rows["nnz"].append(metrics.nnz)
         rows["threshold"].append(metrics.threshold)

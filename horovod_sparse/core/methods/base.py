@@ -3,6 +3,8 @@
 import math
 import numbers
 
+import numpy as np
+
 from ..metrics import StepMetrics
 
 
@@ -19,13 +21,18 @@ class Sparsifier:
 
     A subclass implements ``exchange(acc, context) -> (aggregate, metrics)``:
     select from the flat accumulated gradient ``acc``, communicate through
-    ``context.comm``, zero in ``acc`` what it communicated (error feedback)
-    and return the averaged dense aggregate, identical on every rank.  It
-    must call ``context.exchange_header`` before its first payload
+    ``context.comm``, zero what it communicated with ``context.clear`` (error
+    feedback) and return the averaged dense aggregate, identical on every
+    rank.  It must call ``context.exchange_header`` before its first payload
     collective and change its own state only after it.
+
+    ``momentum`` (> 0 turns on momentum correction in the error feedback) and
+    ``clip_norm`` (local gradient clipping) are read by the driver.
     """
 
     name = None
+    momentum = 0.0
+    clip_norm = None
 
     def __init__(self, density=0.001):
         self.density = check_density(density)
@@ -46,14 +53,31 @@ class Sparsifier:
 
 def average_disjoint(context, union, acc):
     """Allreduce every rank's ``acc`` at the (duplicate-free) ``union``, average over
-    ``P`` and scatter into a dense aggregate; zero ``union`` in ``acc``."""
+    ``P`` and scatter into a dense aggregate; clear ``union`` on every rank."""
     ops, comm = context.ops, context.comm
     with context.timed_communication():
         summed = comm.allreduce_sum(ops.take(acc, union))
     aggregate = context.new_aggregate()
     ops.scatter_add(aggregate, union, ops.divide(summed, comm.size))
-    ops.zero_at(acc, union)
+    context.clear(union)
     return aggregate
+
+
+def average_gathered(context, indices, values, counts):
+    """Allgather every rank's (indices, values) and add the lists, each value divided
+    by ``P``, in rank order (identical bits everywhere).  Clears this rank's own
+    ``indices``.  Returns ``(aggregate, gathered indices)``."""
+    ops, comm = context.ops, context.comm
+    gathered = gather_indices(context, indices, counts)
+    with context.timed_communication():
+        gathered_values = comm.allgather(values, counts)
+    aggregate = context.new_aggregate()
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    for start, stop in zip(offsets[:-1], offsets[1:]):
+        ops.scatter_add(aggregate, gathered[start:stop],
+                        ops.divide(gathered_values[start:stop], comm.size))
+    context.clear(indices)
+    return aggregate, gathered
 
 
 def gather_indices(context, indices, counts):
@@ -62,6 +86,37 @@ def gather_indices(context, indices, counts):
     with context.timed_communication():
         gathered = context.comm.allgather(ops.narrow_index(indices), counts)
     return ops.widen_index(gathered)
+
+
+def check_seed(seed):
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise TypeError(f"seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
+def check_positive_int(name, value, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_positive(name, value, allow_none=False, upper=None):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+            0 < value <= (upper if upper is not None else math.inf)):
+        bound = f"(0, {upper}]" if upper is not None else "> 0"
+        raise ValueError(f"{name} must be a number {bound}, got {value!r}")
+    return float(value)
+
+
+def check_momentum(momentum):
+    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not (
+            0 <= momentum < 1):
+        raise ValueError(f"momentum must be a number in [0, 1), got {momentum!r}")
+    return float(momentum)
 
 
 def step_metrics(context, k, counts, nnz, threshold=float("nan")):

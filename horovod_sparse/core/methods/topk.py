@@ -10,28 +10,18 @@ Residual: zero the coordinates *this* worker sent.  Selection
 ``P`` (the union may hold up to ``Pk`` coordinates).
 """
 
-import numpy as np
-
-from .base import Sparsifier, gather_indices, step_metrics
+from .base import Sparsifier, average_gathered, step_metrics
 
 
 class TopK(Sparsifier):
     name = "topk"
 
     def exchange(self, acc, context):
-        ops, comm, n = context.ops, context.comm, context.layout.n
+        ops, n = context.ops, context.layout.n
         k = self.k(n)
         with context.timed_selection():
             indices = ops.topk_abs_indices(acc, k, 0, n)
             values = ops.take(acc, indices)
         counts = context.exchange_header(len(indices))[:, 0]
-        gathered = gather_indices(context, indices, counts)
-        with context.timed_communication():
-            gathered_values = comm.allgather(values, counts)
-        aggregate = context.new_aggregate()
-        offsets = np.concatenate([[0], np.cumsum(counts)])
-        for start, stop in zip(offsets[:-1], offsets[1:]):
-            ops.scatter_add(aggregate, gathered[start:stop],
-                            ops.divide(gathered_values[start:stop], comm.size))
-        ops.zero_at(acc, indices)
+        aggregate, gathered = average_gathered(context, indices, values, counts)
         return aggregate, step_metrics(context, k, counts, ops.count_unique(gathered))
