@@ -49,7 +49,8 @@ def write(results, args):
              f"`horovodrun -np {hvd.size()} python benchmarks/convergence.py --density {args.density} "
              f"--epochs {args.epochs}` ({platform.machine()}, {os.cpu_count()} cores, "
              f"{time.strftime('%Y-%m-%d')}). Digits (scikit-learn), 85,002-parameter MLP, batch 16 "
-             "per rank, SGD momentum 0.9, lr 0.05 with cosine decay. Accuracy: mean of the last "
+             "per rank, SGD momentum 0.9 (in the compressor for dgc and gssgd: momentum "
+             "correction), lr 0.05 with cosine decay. Accuracy: mean of the last "
              "5 epochs. Density error, build-up, imbalance: mean after step 5 (max for the error).",
              "", "| method | accuracy | vs dense | density | density error mean / max | build-up | "
              "imbalance | bytes/step | step ms |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -69,7 +70,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--density", type=float, default=0.01)
     parser.add_argument("--epochs", type=int, default=40)
-    parser.add_argument("--methods", default="none,topk,micro,exdyna,deft")
+    parser.add_argument("--methods", default="none,topk,micro,exdyna,deft,gtopk,randomk,threshold,"
+                        "dgc,cltk,gssgd", help="comma-separated; none = dense allreduce")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:

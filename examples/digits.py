@@ -4,8 +4,8 @@ Run on several ranks::
 
     horovodrun -np 4 python examples/digits.py --compression exdyna --density 0.01
 
-Each rank trains on its shard of the training split (SGD, momentum 0.9,
-cosine learning-rate decay); Horovod's
+Each rank trains on its shard of the training split (SGD, momentum 0.9 --
+inside the compressor for DGC and gs-SGD -- cosine learning-rate decay); Horovod's
 ``DistributedOptimizer`` averages gradients, densely (``--compression none``)
 or through a horovod_sparse compressor.  Rank 0 prints test accuracy per
 epoch and a summary: accuracy, throughput, density, density error and bytes
@@ -23,6 +23,7 @@ import torch.nn.functional as F
 import horovod.torch as hvd
 from sklearn.datasets import load_digits
 
+import horovod_sparse
 import horovod_sparse.torch as hs
 
 
@@ -57,7 +58,11 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
     else:
         compressor = hs.Compression.create(compression, density=density,
                                            named_parameters=model.named_parameters(), **options)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9),
+    # DGC and gs-SGD apply momentum inside the compressor (momentum correction):
+    # the optimizer must then not add it again.
+    momentum = 0.0 if getattr(getattr(compressor, "sparsifier", None), "momentum", 0.0) else 0.9
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr,
+                                                         momentum=momentum),
                                          named_parameters=model.named_parameters(),
                                          compression=compressor)
     steps_per_epoch = len(y_shard) // batch_size
@@ -107,8 +112,8 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compression", default="exdyna",
-                        help="none, or a horovod_sparse method: topk, micro, exdyna, deft")
+    parser.add_argument("--compression", default="exdyna", help="none, or a horovod_sparse "
+                        "method: " + ", ".join(horovod_sparse.available()))
     parser.add_argument("--density", type=float, default=0.01)
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=16)

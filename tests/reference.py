@@ -550,3 +550,62 @@ def run(method, grads, density, sizes, **options):
     baselines = {"gtopk": gtopk, "randomk": randomk, "threshold": hard_threshold, "dgc": dgc,
                  "cltk": cltk, "gssgd": gssgd}
     return baselines[method](grads, density, **options)
+
+
+# -- gossip (Crossover-SGD, SGP) ---------------------------------------------------
+def draw_derangement(seed, step, segment, members):
+    rng = np.random.default_rng([seed, step, segment])
+    while True:
+        perm = [int(j) for j in rng.permutation(members)]
+        if all(perm[i] != i for i in range(members)):
+            return perm
+
+
+def crossover(params, grads, lr, seed, segments, groups=None):
+    """Every rank's flat parameters after each step.
+
+    ``params[r]`` initial flat vectors, ``grads[t][r]`` flat gradients,
+    ``segments`` a list of (start, stop) runs of the flat vector; ``groups``
+    ``None`` (flat) or the number of contiguous groups (hierarchical)."""
+    P = len(params)
+    G = P if groups is None else groups
+    per = P // G
+    x = [p.copy() for p in params]
+    history = []
+    for t, step_grads in enumerate(grads):
+        leaders = []
+        for g in range(G):
+            members = range(g * per, (g + 1) * per)
+            mean = step_grads[g * per].copy()
+            for r in list(members)[1:]:
+                mean = mean + step_grads[r]
+            mean = mean / np.float32(per)
+            leaders.append(x[g * per] - np.float32(lr) * mean)
+        if G >= 2:
+            mixed = [leader.copy() for leader in leaders]
+            for s, (start, stop) in enumerate(segments):
+                perm = draw_derangement(seed, t, s, G)
+                for sender in range(G):
+                    receiver = perm[sender]
+                    mixed[receiver][start:stop] = (np.float32(0.5) * leaders[receiver][start:stop]
+                                                   + np.float32(0.5) * leaders[sender][start:stop])
+            leaders = mixed
+        x = [leaders[r // per].copy() for r in range(P)]
+        history.append([v.copy() for v in x])
+    return history
+
+
+def sgp(params, grads, lr):
+    P = len(params)
+    exponent = 0
+    while 3 ** (exponent + 1) <= P - 1:
+        exponent += 1
+    x = [p.copy() for p in params]
+    history = []
+    for t, step_grads in enumerate(grads):
+        x = [v - np.float32(lr) * g for v, g in zip(x, step_grads)]
+        i = t % (exponent + 1)
+        d1, d2 = 3 ** i % P, 2 * 3 ** i % P
+        x = [((x[r] + x[(r - d1) % P]) + x[(r - d2) % P]) / np.float32(3) for r in range(P)]
+        history.append([v.copy() for v in x])
+    return history

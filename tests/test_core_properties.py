@@ -5,13 +5,14 @@ import pytest
 
 from gradients import SHAPES, dyadic_gradient, sizes, stream
 from harness import layout_of, run_core
-from horovod_sparse import create
+from horovod_sparse import available, create
 from horovod_sparse.core import (GradientExchange, ModelMismatchError, NonFiniteGradientError,
                                  NumpyOps, run_simulated)
 from horovod_sparse.core.methods.deft import deft_budgets
 from horovod_sparse.core.partition import BlockPartition
 
 EXCLUSIVE = ["micro", "exdyna", "deft"]
+ALL_METHODS = available()
 
 
 @pytest.mark.parametrize("method", EXCLUSIVE)
@@ -100,7 +101,7 @@ def test_block_partition_covers_the_vector(n, size):
     assert skewed.bounds()[-1][1] == n
 
 
-@pytest.mark.parametrize("method", ["topk", "micro", "exdyna", "deft"])
+@pytest.mark.parametrize("method", ALL_METHODS)
 @pytest.mark.parametrize("shapes", [[(3,)], [(1,), (2,)], [(7,), (1,)]])
 def test_models_smaller_than_the_worker_count(method, shapes):
     grads = stream(seed=4, steps=5, size=4, shapes=shapes)
@@ -110,7 +111,7 @@ def test_models_smaller_than_the_worker_count(method, shapes):
             np.testing.assert_array_equal(records[step]["aggregate"], per_rank[0][step]["aggregate"])
 
 
-@pytest.mark.parametrize("method", ["micro", "exdyna", "deft", "topk"])
+@pytest.mark.parametrize("method", ALL_METHODS)
 def test_k_rounding_to_zero_still_selects_one(method):
     assert create(method, density=1e-9).k(2442) == 1
     per_rank = run_core(method, {}, stream(seed=4, steps=6, size=2), 1e-9)
@@ -142,7 +143,7 @@ def _exchange_steps(method, grads_by_rank, layouts, nonfinite="raise"):
     return run_simulated(len(layouts), worker)
 
 
-@pytest.mark.parametrize("method", ["topk", "micro", "exdyna", "deft"])
+@pytest.mark.parametrize("method", ALL_METHODS)
 def test_nan_on_one_rank_raises_everywhere_and_keeps_residuals(method):
     layout = layout_of(SHAPES)
     clean = [[dyadic_gradient(0, t, r) for t in range(3)] for r in range(3)]
@@ -157,6 +158,8 @@ def test_nan_on_one_rank_raises_everywhere_and_keeps_residuals(method):
     reference = _exchange_steps(method, [g[:2] for g in clean], [layout] * 3)
     for (_, failed), (_, ok) in zip(results, reference):
         np.testing.assert_array_equal(failed.feedback.residual, ok.feedback.residual)
+        if ok.feedback.velocity is not None:  # momentum correction keeps its velocity too
+            np.testing.assert_array_equal(failed.feedback.velocity, ok.feedback.velocity)
 
 
 def test_skip_policy_returns_zero_on_all_ranks():
@@ -184,7 +187,7 @@ def test_models_differing_across_ranks_fail_on_every_rank():
     assert run_simulated(2, worker) == [True, True]
 
 
-@pytest.mark.parametrize("method", ["topk", "micro", "exdyna", "deft"])
+@pytest.mark.parametrize("method", ALL_METHODS)
 def test_state_dict_resume_reproduces_the_run(method):
     layout = layout_of(SHAPES)
     grads = stream(seed=21, steps=10, size=3)
@@ -230,6 +233,81 @@ def test_bad_configuration_names_the_parameter():
         create("exdyna", blocks=0)
     with pytest.raises(ValueError, match="nonfinite"):
         GradientExchange(create("topk"), NumpyOps(), None, nonfinite="ignore")
+
+
+@pytest.mark.parametrize("method,options,parameter", [
+    ("randomk", {"seed": 1.5}, "seed"), ("randomk", {"seed": -1}, "seed"),
+    ("dgc", {"seed": True}, "seed"), ("gssgd", {"seed": "7"}, "seed"),
+    ("gssgd", {"rows": 0}, "rows"), ("gssgd", {"columns": -4}, "columns"),
+    ("gssgd", {"candidates": 0.5}, "candidates"), ("gssgd", {"momentum": 1.0}, "momentum"),
+    ("dgc", {"momentum": -0.1}, "momentum"), ("dgc", {"sample_ratio": 0}, "sample_ratio"),
+    ("dgc", {"overshoot": 0.9}, "overshoot"), ("dgc", {"clip_norm": 0}, "clip_norm"),
+    ("dgc", {"warmup_steps": -1}, "warmup_steps"), ("dgc", {"warmup_densities": (2.0,)}, "density"),
+    ("threshold", {"threshold": -1.0}, "threshold"), ("cltk", {"seed": 1}, "seed"),
+])
+def test_baseline_configuration_errors_name_the_parameter(method, options, parameter):
+    with pytest.raises((TypeError, ValueError), match=parameter):
+        create(method, density=0.01, **options)
+
+
+def test_gtopk_and_gssgd_apply_at_most_k_and_cltk_exactly_k():
+    grads = stream(seed=8, steps=6, size=3)
+    for method in ("gtopk", "gssgd", "cltk", "randomk"):
+        for record in run_core(method, {}, grads, 0.02)[0]:
+            assert np.count_nonzero(record["aggregate"]) <= record["nnz"] <= 48  # sums may cancel
+            if method in ("cltk", "randomk"):
+                assert record["nnz"] == 48
+
+
+def test_gtopk_never_zeroes_a_value_it_did_not_communicate():
+    """Every coordinate a rank zeroed is in the aggregate, and the aggregate holds
+    exactly the zeroed contributions (sum over ranks / P): nothing is lost."""
+    grads = stream(seed=13, steps=5, size=5)
+    per_rank = run_core("gtopk", {}, grads, 0.02)
+    residuals = [np.zeros_like(grads[0][0]) for _ in range(5)]
+    for step in range(5):
+        sent_total = np.zeros_like(grads[0][0])
+        for rank in range(5):
+            acc = grads[step][rank] + residuals[rank]
+            after = per_rank[rank][step]["residual"]
+            sent_total += acc - after
+            residuals[rank] = after
+        np.testing.assert_array_equal(sent_total / np.float32(5), per_rank[0][step]["aggregate"])
+
+
+def test_dgc_warm_up_follows_the_schedule():
+    dgc = create("dgc", density=0.001, warmup_steps=2)
+    assert [dgc.density_at(t) for t in range(10)] == [
+        0.25, 0.25, 0.0625, 0.0625, 0.015625, 0.015625, 0.004, 0.004, 0.001, 0.001]
+    assert create("dgc", density=0.01, warmup_steps=1).density_at(3) == 0.01  # never below density
+
+
+def test_count_sketch_is_linear_and_recovers_a_sparse_vector():
+    from horovod_sparse.core.sketch import CountSketch
+    ops, n = NumpyOps(), 10_000
+    sketch = CountSketch(ops, rows=5, columns=400, seed=3)
+    a, b = dyadic_gradient(1, 0, 0, [(n,)]), dyadic_gradient(1, 0, 1, [(n,)])
+    np.testing.assert_array_equal(sketch.encode(a, n) + sketch.encode(b, n), sketch.encode(a + b, n))
+    spikes = np.zeros(n, np.float32)
+    spikes[[5, 777, 9_999]] = [8.0, -3.0, 0.5]
+    estimate = sketch.estimate(sketch.encode(spikes, n), 0, n)
+    np.testing.assert_array_equal(estimate, spikes)  # 3 entries, 400 buckets: the median is exact
+
+
+def test_gssgd_finds_planted_heavy_hitters():
+    n, size = 20_000, 4
+    hot = [17, 4_000, 12_345, 19_999]
+    grads = []
+    for t in range(3):
+        step = []
+        for rank in range(size):
+            g = dyadic_gradient(2, t, rank, [(n,)]) / np.float32(64)
+            g[hot] = 16.0
+            step.append(g)
+        grads.append(step)
+    records = run_core("gssgd", {"momentum": 0.0}, grads, 4 / n, shapes=[(n,)])[0]
+    for record in records:
+        assert sorted(np.flatnonzero(record["aggregate"]).tolist()) == hot
 
 
 def test_sizes_helper_is_consistent():

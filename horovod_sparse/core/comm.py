@@ -150,6 +150,10 @@ class ProcessSetCommunicator(Communicator):
         self._calls = 0
         return super().reset_traffic()
 
+    def global_rank(self, rank):
+        """Horovod's broadcast takes the root as a global rank; ours are set ranks."""
+        return self.process_set.ranks[rank]
+
     def _name(self):
         self._calls += 1
         return f"horovod_sparse.{self._calls}"

@@ -28,7 +28,7 @@ class HorovodTensorFlowCommunicator(ProcessSetCommunicator):
                              process_set=self.process_set)
 
     def _broadcast(self, x, root):
-        return hvd.broadcast(tf.convert_to_tensor(x), root, name=self._name(),
+        return hvd.broadcast(tf.convert_to_tensor(x), self.global_rank(root), name=self._name(),
                              process_set=self.process_set)
 
     def _alltoall(self, x, splits):
@@ -42,5 +42,5 @@ class HorovodTensorFlowCommunicator(ProcessSetCommunicator):
                              process_set=self.process_set).numpy()
 
     def _broadcast_host(self, array, root):
-        return np.asarray(hvd.broadcast(tf.constant(array), root, name=self._name(),
+        return np.asarray(hvd.broadcast(tf.constant(array), self.global_rank(root), name=self._name(),
                                         process_set=self.process_set).numpy())

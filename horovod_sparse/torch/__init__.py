@@ -1,5 +1,7 @@
-"""PyTorch adapter: Horovod compressors backed by the framework-agnostic core."""
+"""PyTorch adapter: Horovod compressors backed by the framework-agnostic core,
+and the gossip optimizers (Crossover-SGD, SGP)."""
 
 from .compression import Compression, SparseCompressor
+from .gossip import SGP, CrossoverSGD
 
-__all__ = ["Compression", "SparseCompressor"]
+__all__ = ["Compression", "CrossoverSGD", "SGP", "SparseCompressor"]

@@ -25,7 +25,8 @@ class HorovodTorchCommunicator(ProcessSetCommunicator):
         return hvd.allreduce(x, op=hvd.Sum, name=self._name(), process_set=self.process_set)
 
     def _broadcast(self, x, root):
-        return hvd.broadcast(x, root, name=self._name(), process_set=self.process_set)
+        return hvd.broadcast(x, self.global_rank(root), name=self._name(),
+                             process_set=self.process_set)
 
     def _alltoall(self, x, splits):
         received, received_splits = hvd.alltoall(
@@ -39,7 +40,7 @@ class HorovodTorchCommunicator(ProcessSetCommunicator):
         return gathered.numpy()
 
     def _broadcast_host(self, array, root):
-        return hvd.broadcast(torch.from_numpy(array), root, name=self._name(),
+        return hvd.broadcast(torch.from_numpy(array), self.global_rank(root), name=self._name(),
                              process_set=self.process_set).numpy()
 
 

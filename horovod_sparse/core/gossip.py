@@ -1,0 +1,82 @@
+"""Communication plans of the gossip optimizers (framework-agnostic, host only).
+
+* Crossover-SGD (Yeo et al.): for every segment ``s`` and step ``t`` all ranks
+  derive the same random *derangement* ``pi`` of the ``G`` gossip members from
+  ``default_rng([seed, t, s])`` (permutations drawn until one has no fixed
+  point; about ``e`` draws on average): member ``i`` sends segment ``s`` to
+  ``pi[i]`` and receives it from ``pi^-1[i]``.  Every member sends exactly one
+  copy and receives exactly one (load balanced), without any coordination
+  message; the new segment is ``0.5 own + 0.5 received``.
+* SGP's exponential graph (Assran et al., ICML 2019), as ALGORITHMS.md states
+  it: at step ``t`` member ``r`` receives from ``r - 3^i`` and ``r - 2*3^i``
+  (mod ``G``), ``i = t mod (floor(log3(G - 1)) + 1)``, and averages the three
+  copies.  (For ``G = 2`` the second peer is the member itself.)
+* Hierarchical groups: ``P`` ranks in ``G`` contiguous groups of ``P/G``;
+  the first rank of each group is its leader.
+"""
+
+import numbers
+
+import numpy as np
+
+
+def derangement(seed, step, segment, size):
+    """A permutation of ``range(size)`` without fixed points, identical on every rank."""
+    if size < 2:
+        raise ValueError(f"a derangement needs at least 2 members, got {size}")
+    rng = np.random.default_rng([seed, step, segment])
+    while True:
+        candidate = rng.permutation(size)
+        if not (candidate == np.arange(size)).any():
+            return [int(j) for j in candidate]
+
+
+def crossover_routes(seed, step, segments, size, member):
+    """``(send_to, receive_from)``: per segment, where ``member`` sends and whom it hears."""
+    send_to, receive_from = [], []
+    for segment in range(segments):
+        target = derangement(seed, step, segment, size)
+        send_to.append(target[member])
+        receive_from.append(target.index(member))
+    return send_to, receive_from
+
+
+def sgp_distances(step, size):
+    """The two peer distances of SGP's exponential graph at ``step``."""
+    if size < 2:
+        return ()
+    exponent, power = 0, 3
+    while power <= size - 1:  # floor(log3(size - 1)), in integers
+        exponent, power = exponent + 1, power * 3
+    i = step % (exponent + 1)
+    return (3 ** i % size, 2 * 3 ** i % size)
+
+
+def hierarchical_groups(size, groups):
+    """``groups`` contiguous rank lists of equal length (``groups`` must divide ``size``)."""
+    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
+        raise ValueError(f"groups must be a positive integer, got {groups!r}")
+    if size % groups:
+        raise ValueError(f"groups={groups} does not divide the {size} ranks")
+    per = size // groups
+    return [list(range(g * per, (g + 1) * per)) for g in range(groups)]
+
+
+def balanced_segments(sizes, count):
+    """Cut consecutive tensors (``sizes`` elements each) into ``count`` runs of
+    nearly equal total size (each cut where the running total is nearest its
+    share); returns lists of tensor positions, none empty."""
+    if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
+        raise ValueError(f"segments must be a positive integer, got {count!r}")
+    count = min(count, len(sizes))
+    total, runs, current, done = sum(sizes), [], [], 0
+    for position, size in enumerate(sizes):
+        target = total * (len(runs) + 1) / count
+        must_cut = len(sizes) - position == count - len(runs) - 1  # one tensor per run left
+        if current and len(runs) < count - 1 and (must_cut or done + size - target > target - done):
+            runs.append(current)
+            current = []
+        current.append(position)
+        done += size
+    runs.append(current)
+    return runs

@@ -1,0 +1,208 @@
+"""Gossip optimizers on Horovod's collectives: Crossover-SGD and its SGP baseline.
+
+Decentralized parameter averaging (Yeo et al., "Crossover-SGD"; Assran et
+al., "Stochastic Gradient Push", ICML 2019): no gradient allreduce; every
+rank applies its own gradient, then mixes its parameters with peers'.  The
+wrappers look like Horovod's ``DistributedOptimizer``: wrap a torch
+optimizer, call ``zero_grad``/``backward``/``step`` as usual::
+
+    optimizer = horovod_sparse.torch.CrossoverSGD(
+        torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+        named_parameters=model.named_parameters())
+
+Each step's exchange is one Horovod ``alltoall`` with per-rank splits (Gloo
+and MPI alike), every member sending and receiving in the same call, so no
+``P`` (odd included) can deadlock.  Ranks' models differ between steps by
+design; evaluate any rank's model, or average them at the end.
+"""
+
+import itertools
+
+import horovod.torch as hvd
+import torch
+
+from ..core.gossip import (balanced_segments, crossover_routes, hierarchical_groups,
+                           sgp_distances)
+from ..core.methods.base import check_seed
+from .comm import HorovodTorchCommunicator
+
+
+class _GossipOptimizer:
+    """Local step, then :meth:`gossip`; delegates everything else to the optimizer."""
+
+    def __init__(self, optimizer, named_parameters=None):
+        self.optimizer = optimizer
+        self.parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        names = {id(p): name for name, p in (named_parameters or [])}
+        self.names = [names.get(id(p), f"param.{i}") for i, p in enumerate(self.parameters)]
+        self.step_count = 0
+        self.traffic = None  # logical payload of the last step's exchange
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["optimizer"], name)
+
+    def zero_grad(self, *args, **kwargs):
+        return self.optimizer.zero_grad(*args, **kwargs)
+
+    def step(self, closure=None):
+        loss = self.local_step(closure)
+        self.gossip()
+        self.step_count += 1
+        return loss
+
+    def local_step(self, closure):
+        return self.optimizer.step(closure)
+
+    def state_dict(self):
+        return {"optimizer": self.optimizer.state_dict(), "step": self.step_count}
+
+    def load_state_dict(self, state):
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step_count = int(state["step"])
+
+    # -- flat views of parameter runs ---------------------------------------
+    def flatten(self, positions):
+        return torch.cat([self.parameters[i].data.reshape(-1) for i in positions])
+
+    def unflatten(self, positions, flat):
+        offset = 0
+        for i in positions:
+            parameter = self.parameters[i]
+            parameter.data.copy_(flat[offset:offset + parameter.numel()].view_as(parameter))
+            offset += parameter.numel()
+
+
+def _exchange(comm, outgoing, incoming_sizes):
+    """One alltoall: ``outgoing`` is ``[(destination, flat)]``, ``incoming_sizes``
+    ``[(source, numel)]``; returns the received flats in ``incoming_sizes`` order."""
+    splits = [0] * comm.size
+    outgoing = sorted(enumerate(outgoing), key=lambda item: (item[1][0], item[0]))
+    for _, (destination, flat) in outgoing:
+        splits[destination] += flat.numel()
+    payload = torch.cat([flat for _, (_, flat) in outgoing])
+    received, _ = comm.alltoall(payload, splits)
+    offsets = {}
+    start = 0
+    order = sorted(range(len(incoming_sizes)), key=lambda i: (incoming_sizes[i][0], i))
+    for i in order:
+        offsets[i] = start
+        start += incoming_sizes[i][1]
+    return [received[offsets[i]:offsets[i] + size] for i, (_, size) in enumerate(incoming_sizes)]
+
+
+class CrossoverSGD(_GossipOptimizer):
+    """Crossover-SGD: segment-wise gossip over a fresh random derangement per segment.
+
+    Parameters
+    ----------
+    optimizer : the torch optimizer each rank steps with its own gradient.
+    named_parameters : optional ``model.named_parameters()``; with it the
+        default segments are the top-level modules (the name before the first
+        ``.``), without it one segment per parameter tensor.
+    segments : ``None`` (default above) or an integer: that many runs of
+        consecutive parameters of nearly equal size.
+    groups : ``None`` (flat: every rank gossips) or ``G`` dividing ``P``:
+        hierarchical mode -- ``G`` contiguous groups; gradients are averaged
+        inside a group (allreduce in a Horovod process set), only the group
+        leader steps and gossips with the other leaders, then broadcasts to
+        its group.  Needs ``hvd.init(process_sets="dynamic")``.
+    seed : shared seed of the derangements (no coordination messages).
+    """
+
+    def __init__(self, optimizer, named_parameters=None, segments=None, groups=None, seed=0):
+        named_parameters = list(named_parameters) if named_parameters is not None else None
+        super().__init__(optimizer, named_parameters)
+        self.seed = check_seed(seed)
+        self.segments = self._plan(segments, named_parameters is not None)
+        size, rank = hvd.size(), hvd.rank()
+        self.groups = hierarchical_groups(size, size if groups is None else groups)
+        if len(self.groups) == size:  # flat: every rank is its own group
+            self.group_set, self.members = None, HorovodTorchCommunicator()
+            self.is_leader = True
+        elif len(self.groups) == 1:  # one group: plain allreduce-SGD, nobody to gossip with
+            self.group_set, self.members = hvd.global_process_set, None
+            self.is_leader = rank == 0
+        else:
+            self.group_set, leader_set = _process_sets(self.groups)
+            self.is_leader = rank == self.group_set.ranks[0]
+            self.members = HorovodTorchCommunicator(leader_set) if self.is_leader else None
+
+    def _plan(self, segments, named):
+        sizes = [p.numel() for p in self.parameters]
+        if segments is not None:
+            return balanced_segments(sizes, segments)
+        if not named:
+            return [[i] for i in range(len(sizes))]
+        module = [name.split(".")[0] for name in self.names]
+        return [[i for i, _ in run] for _, run in itertools.groupby(enumerate(module),
+                                                                    key=lambda item: item[1])]
+
+    def local_step(self, closure):
+        if self.group_set is None:
+            return self.optimizer.step(closure)
+        handles = [(p, hvd.allreduce_async(p.grad, op=hvd.Average, name=f"crossover.grad.{i}",
+                                           process_set=self.group_set))
+                   for i, p in enumerate(self.parameters) if p.grad is not None]
+        for parameter, handle in handles:
+            parameter.grad.copy_(hvd.synchronize(handle))
+        return self.optimizer.step(closure) if self.is_leader else None
+
+    def gossip(self):
+        if self.members is not None and self.members.size >= 2:
+            self.members.reset_traffic()
+            send_to, receive_from = crossover_routes(self.seed, self.step_count,
+                                                     len(self.segments), self.members.size,
+                                                     self.members.rank)
+            owns = [self.flatten(positions) for positions in self.segments]
+            received = _exchange(self.members, list(zip(send_to, owns)),
+                                 [(source, own.numel()) for source, own in zip(receive_from, owns)])
+            for positions, own, other in zip(self.segments, owns, received):
+                self.unflatten(positions, own.mul_(0.5).add_(other.mul(0.5)))
+            self.traffic = self.members.traffic.totals()
+        if self.group_set is not None:
+            root = self.group_set.ranks[0]
+            for i, parameter in enumerate(self.parameters):
+                parameter.data.copy_(hvd.broadcast(parameter.data, root, name=f"crossover.param.{i}",
+                                                   process_set=self.group_set))
+
+
+class SGP(_GossipOptimizer):
+    """SGP baseline: average with the peers at distances ``3^i`` and ``2*3^i``
+    (``i = t mod (floor(log3(P-1)) + 1)``); the whole model, one alltoall a step."""
+
+    def __init__(self, optimizer, named_parameters=None):
+        super().__init__(optimizer, list(named_parameters) if named_parameters else None)
+        self.members = HorovodTorchCommunicator()
+
+    def gossip(self):
+        comm = self.members
+        if comm.size < 2:
+            return
+        comm.reset_traffic()
+        positions = list(range(len(self.parameters)))
+        own = self.flatten(positions)
+        distances = sgp_distances(self.step_count, comm.size)
+        received = _exchange(comm, [((comm.rank + d) % comm.size, own) for d in distances],
+                             [((comm.rank - d) % comm.size, own.numel()) for d in distances])
+        total = own.clone()
+        for other in received:
+            total.add_(other)
+        self.unflatten(positions, total.div_(3))
+        self.traffic = comm.traffic.totals()
+
+
+def _process_sets(groups):
+    """This rank's group process set and (for leaders) the leaders' set.
+
+    Every rank registers every set, in the same order, as Horovod requires."""
+    try:
+        sets = [hvd.add_process_set(ranks) for ranks in groups]
+        leaders = hvd.add_process_set([ranks[0] for ranks in groups])
+    except (ValueError, RuntimeError) as error:
+        raise ValueError("hierarchical Crossover-SGD creates Horovod process sets: call "
+                         "hvd.init(process_sets=\"dynamic\") first") from error
+    mine = next(s for s in sets if hvd.rank() in s.ranks)
+    return mine, leaders
+
+
+__all__ = ["CrossoverSGD", "SGP"]
