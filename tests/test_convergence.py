@@ -15,9 +15,9 @@ pytestmark = pytest.mark.horovod
 EPOCHS = 40
 
 
-def _train(size, methods, tmp_path, density=0.01):
+def _train(size, methods, tmp_path, density=0.01, epochs=EPOCHS):
     out = tmp_path / "results.json"
-    horovodrun(size, "tests/workers/convergence.py", out, density, EPOCHS, ",".join(methods),
+    horovodrun(size, "tests/workers/convergence.py", out, density, epochs, ",".join(methods),
                timeout=900)
     return {r["method"]: r for r in json.loads(out.read_text())}
 
@@ -41,3 +41,16 @@ def test_partition_methods_match_dense_accuracy_on_four_ranks(tmp_path):
 def test_topk_matches_dense_accuracy_on_two_ranks(tmp_path):
     results = _train(2, ["none", "topk"], tmp_path)
     assert _final(results["topk"]) >= _final(results["none"]) - 0.01, results["topk"]["accuracies"]
+
+
+def test_baselines_match_dense_accuracy_on_four_ranks(tmp_path):
+    """gTop-k, hard threshold, DGC, CLT-k and gs-SGD within 1.5 points of dense
+    (20 epochs).  Random-k is left out: with error feedback it diverges on this
+    task (recorded in docs/convergence_0.01.md)."""
+    baselines = ["gtopk", "threshold", "dgc", "cltk", "gssgd"]
+    results = _train(4, ["none"] + baselines, tmp_path, epochs=20)
+    dense = _final(results["none"])
+    for method in baselines:
+        assert _final(results[method]) >= dense - 0.015, (method, results[method]["accuracies"])
+    for method in ("gtopk", "cltk", "gssgd"):  # exactly k coordinates applied every step
+        assert results[method]["density_error_max"] == 0.0, results[method]

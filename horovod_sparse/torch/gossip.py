@@ -72,14 +72,14 @@ class _GossipOptimizer:
             offset += parameter.numel()
 
 
-def _exchange(comm, outgoing, incoming_sizes):
+def _exchange(comm, outgoing, incoming_sizes, like):
     """One alltoall: ``outgoing`` is ``[(destination, flat)]``, ``incoming_sizes``
     ``[(source, numel)]``; returns the received flats in ``incoming_sizes`` order."""
     splits = [0] * comm.size
     outgoing = sorted(enumerate(outgoing), key=lambda item: (item[1][0], item[0]))
     for _, (destination, flat) in outgoing:
         splits[destination] += flat.numel()
-    payload = torch.cat([flat for _, (_, flat) in outgoing])
+    payload = torch.cat([flat for _, (_, flat) in outgoing]) if outgoing else like.new_zeros(0)
     received, _ = comm.alltoall(payload, splits)
     offsets = {}
     start = 0
@@ -104,7 +104,7 @@ class CrossoverSGD(_GossipOptimizer):
     groups : ``None`` (flat: every rank gossips) or ``G`` dividing ``P``:
         hierarchical mode -- ``G`` contiguous groups; gradients are averaged
         inside a group (allreduce in a Horovod process set), only the group
-        leader steps and gossips with the other leaders, then broadcasts to
+        leader steps and gossips with the other leaders, then sends the model to
         its group.  Needs ``hvd.init(process_sets="dynamic")``.
     seed : shared seed of the derangements (no coordination messages).
     """
@@ -122,7 +122,9 @@ class CrossoverSGD(_GossipOptimizer):
         elif len(self.groups) == 1:  # one group: plain allreduce-SGD, nobody to gossip with
             self.group_set, self.members = hvd.global_process_set, None
             self.is_leader = rank == 0
+            self.world = HorovodTorchCommunicator()
         else:
+            self.world = HorovodTorchCommunicator()
             self.group_set, leader_set = _process_sets(self.groups)
             self.is_leader = rank == self.group_set.ranks[0]
             self.members = HorovodTorchCommunicator(leader_set) if self.is_leader else None
@@ -148,6 +150,7 @@ class CrossoverSGD(_GossipOptimizer):
         return self.optimizer.step(closure) if self.is_leader else None
 
     def gossip(self):
+        used = []
         if self.members is not None and self.members.size >= 2:
             self.members.reset_traffic()
             send_to, receive_from = crossover_routes(self.seed, self.step_count,
@@ -155,15 +158,30 @@ class CrossoverSGD(_GossipOptimizer):
                                                      self.members.rank)
             owns = [self.flatten(positions) for positions in self.segments]
             received = _exchange(self.members, list(zip(send_to, owns)),
-                                 [(source, own.numel()) for source, own in zip(receive_from, owns)])
+                                 [(source, own.numel()) for source, own in zip(receive_from, owns)],
+                                 owns[0])
             for positions, own, other in zip(self.segments, owns, received):
                 self.unflatten(positions, own.mul_(0.5).add_(other.mul(0.5)))
-            self.traffic = self.members.traffic.totals()
+            used.append(self.members)
         if self.group_set is not None:
-            root = self.group_set.ranks[0]
-            for i, parameter in enumerate(self.parameters):
-                parameter.data.copy_(hvd.broadcast(parameter.data, root, name=f"crossover.param.{i}",
-                                                   process_set=self.group_set))
+            self.world.reset_traffic()
+            self._broadcast_from_leaders()
+            used.append(self.world)
+        self.traffic = _total_traffic(used)
+
+    def _broadcast_from_leaders(self):
+        """Every leader sends its model to its group, all groups in one global
+        alltoall: each step then ends with a collective of all ranks, so no group
+        runs ahead and a rank that finishes cannot cut off another group's
+        broadcast in flight (Horovod shuts every set down with the first rank)."""
+        everything = list(range(len(self.parameters)))
+        model = self.flatten(everything)
+        group = self.group_set.ranks
+        if self.is_leader:
+            _exchange(self.world, [(member, model) for member in group[1:]], [], model)
+        else:
+            received, = _exchange(self.world, [], [(group[0], model.numel())], model)
+            self.unflatten(everything, received)
 
 
 class SGP(_GossipOptimizer):
@@ -183,12 +201,18 @@ class SGP(_GossipOptimizer):
         own = self.flatten(positions)
         distances = sgp_distances(self.step_count, comm.size)
         received = _exchange(comm, [((comm.rank + d) % comm.size, own) for d in distances],
-                             [((comm.rank - d) % comm.size, own.numel()) for d in distances])
+                             [((comm.rank - d) % comm.size, own.numel()) for d in distances], own)
         total = own.clone()
         for other in received:
             total.add_(other)
         self.unflatten(positions, total.div_(3))
-        self.traffic = comm.traffic.totals()
+        self.traffic = _total_traffic([comm])
+
+
+def _total_traffic(communicators):
+    """Elements and bytes sent and received in this step's exchanges."""
+    totals = [comm.traffic.totals() for comm in communicators]
+    return {key: sum(t[key] for t in totals) for key in totals[0]} if totals else None
 
 
 def _process_sets(groups):
