@@ -44,27 +44,45 @@ def make_model(hidden=256):
                                torch.nn.Linear(hidden, 10))
 
 
+GOSSIP = ("crossover", "hierarchical", "sgp")
+
+
+def make_optimizer(method, model, density, lr, **options):
+    """``(optimizer, compressor)`` for ``method``: ``none`` (Horovod's dense
+    allreduce), a horovod_sparse compressor name, or a gossip optimizer
+    (``crossover``, ``hierarchical`` = Crossover-SGD in 2 groups, ``sgp``)."""
+    named = list(model.named_parameters())
+    if method in GOSSIP:
+        sgd = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        if method == "sgp":
+            return hs.SGP(sgd, named_parameters=named), None
+        return hs.CrossoverSGD(sgd, named_parameters=named, **options,
+                               groups=2 if method == "hierarchical" else None), None
+    if method == "none":
+        compressor = hvd.Compression.none
+    else:
+        compressor = hs.Compression.create(method, density=density, named_parameters=named,
+                                           **options)
+    # DGC and gs-SGD apply momentum inside the compressor (momentum correction):
+    # the optimizer must then not add it again.
+    momentum = 0.0 if getattr(getattr(compressor, "sparsifier", None), "momentum", 0.0) else 0.9
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr,
+                                                         momentum=momentum),
+                                         named_parameters=named, compression=compressor)
+    return optimizer, compressor
+
+
 def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, seed=0,
           verbose=True, **options):
-    """Train once; return a summary dict (identical on all ranks)."""
+    """Train once; return a summary dict (rank 0's model is evaluated; under
+    gossip the ranks' models differ, ``disagreement`` says by how much)."""
     torch.manual_seed(seed)
     x_train, y_train, x_test, y_test = load_data()
     rank, size = hvd.rank(), hvd.size()
     x_shard, y_shard = x_train[rank::size], y_train[rank::size]
     model = make_model()
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    if compression == "none":
-        compressor = hvd.Compression.none
-    else:
-        compressor = hs.Compression.create(compression, density=density,
-                                           named_parameters=model.named_parameters(), **options)
-    # DGC and gs-SGD apply momentum inside the compressor (momentum correction):
-    # the optimizer must then not add it again.
-    momentum = 0.0 if getattr(getattr(compressor, "sparsifier", None), "momentum", 0.0) else 0.9
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr,
-                                                         momentum=momentum),
-                                         named_parameters=model.named_parameters(),
-                                         compression=compressor)
+    optimizer, compressor = make_optimizer(compression, model, density, lr, **options)
     steps_per_epoch = len(y_shard) // batch_size
     n = sum(p.numel() for p in model.parameters())
     accuracies, step_times = [], []
@@ -93,9 +111,18 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
                "ranks": size, "parameters": n, "accuracy": accuracies[-1],
                "best_accuracy": max(accuracies), "accuracies": accuracies,
                "samples_per_second": float(batch_size * size / times.mean()),
+               "epoch_seconds": float(times.mean() * steps_per_epoch),
                "density_per_step": [m.density for m in getattr(compressor, "history", [])],
                "step_ms": float(1000 * times.mean())}
-    if compression == "none":  # one allreduce: n floats sent and n received (logical payload)
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    mean = hvd.allreduce(flat, op=hvd.Average, name="digits.disagreement")
+    summary["disagreement"] = float((flat - mean).abs().max())
+    if compression in GOSSIP:
+        traffic = optimizer.traffic or {"bytes_sent": 0, "bytes_received": 0}
+        summary.update(density=1.0, density_error_mean=0.0, density_error_max=0.0,
+                       bytes_per_step=traffic["bytes_sent"] + traffic["bytes_received"],
+                       buildup_mean=1.0, imbalance_mean=0.0)
+    elif compression == "none":  # one allreduce: n floats sent and n received (logical payload)
         summary.update(density=1.0, density_error_mean=0.0, density_error_max=0.0,
                        bytes_per_step=8 * n, buildup_mean=1.0, imbalance_mean=0.0)
     else:
@@ -112,15 +139,16 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compression", default="exdyna", help="none, or a horovod_sparse "
-                        "method: " + ", ".join(horovod_sparse.available()))
+    parser.add_argument("--compression", default="exdyna", help="none, a horovod_sparse "
+                        "method (" + ", ".join(horovod_sparse.available()) + ") or a gossip "
+                        "optimizer (" + ", ".join(GOSSIP) + ")")
     parser.add_argument("--density", type=float, default=0.01)
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--json", help="write the summary here (rank 0)")
     args = parser.parse_args()
-    hvd.init()
+    hvd.init(process_sets="dynamic" if args.compression == "hierarchical" else None)
     summary = train(args.compression, args.density, args.epochs, args.batch_size, args.lr)
     if hvd.rank() == 0:
         print(json.dumps({k: v for k, v in summary.items() if k != "accuracies"}, indent=1))

@@ -116,18 +116,11 @@ class CrossoverSGD(_GossipOptimizer):
         self.segments = self._plan(segments, named_parameters is not None)
         size, rank = hvd.size(), hvd.rank()
         self.groups = hierarchical_groups(size, size if groups is None else groups)
-        if len(self.groups) == size:  # flat: every rank is its own group
-            self.group_set, self.members = None, HorovodTorchCommunicator()
-            self.is_leader = True
-        elif len(self.groups) == 1:  # one group: plain allreduce-SGD, nobody to gossip with
-            self.group_set, self.members = hvd.global_process_set, None
-            self.is_leader = rank == 0
-            self.world = HorovodTorchCommunicator()
-        else:
-            self.world = HorovodTorchCommunicator()
-            self.group_set, leader_set = _process_sets(self.groups)
-            self.is_leader = rank == self.group_set.ranks[0]
-            self.members = HorovodTorchCommunicator(leader_set) if self.is_leader else None
+        self.leaders = [group[0] for group in self.groups]
+        self.world = HorovodTorchCommunicator()
+        self.is_leader = rank in self.leaders
+        # hierarchical: the group's gradient allreduce runs in a Horovod process set
+        self.group_set = None if len(self.groups) == size else _group_process_set(self.groups)
 
     def _plan(self, segments, named):
         sizes = [p.numel() for p in self.parameters]
@@ -147,27 +140,34 @@ class CrossoverSGD(_GossipOptimizer):
                    for i, p in enumerate(self.parameters) if p.grad is not None]
         for parameter, handle in handles:
             parameter.grad.copy_(hvd.synchronize(handle))
-        return self.optimizer.step(closure) if self.is_leader else None
+        return self.optimizer.step(closure) if self.is_leader else None  # members get the model
 
     def gossip(self):
-        used = []
-        if self.members is not None and self.members.size >= 2:
-            self.members.reset_traffic()
-            send_to, receive_from = crossover_routes(self.seed, self.step_count,
-                                                     len(self.segments), self.members.size,
-                                                     self.members.rank)
-            owns = [self.flatten(positions) for positions in self.segments]
-            received = _exchange(self.members, list(zip(send_to, owns)),
-                                 [(source, own.numel()) for source, own in zip(receive_from, owns)],
-                                 owns[0])
-            for positions, own, other in zip(self.segments, owns, received):
-                self.unflatten(positions, own.mul_(0.5).add_(other.mul(0.5)))
-            used.append(self.members)
+        """Leaders mix with their derangement peers; every rank takes part in the
+        same global alltoalls (non-leaders with empty splits), so every rank issues
+        the same Horovod operations each step (Horovod names unnamed operations by
+        a per-process counter: unequal counts would hang a later unnamed call)."""
+        self.world.reset_traffic()
+        if len(self.leaders) >= 2:
+            self._mix_leaders()
         if self.group_set is not None:
-            self.world.reset_traffic()
             self._broadcast_from_leaders()
-            used.append(self.world)
-        self.traffic = _total_traffic(used)
+        self.traffic = self.world.traffic.totals()
+
+    def _mix_leaders(self):
+        owns = [self.flatten(positions) for positions in self.segments]
+        if not self.is_leader:
+            _exchange(self.world, [], [], owns[0])
+            return
+        send_to, receive_from = crossover_routes(self.seed, self.step_count, len(self.segments),
+                                                 len(self.leaders),
+                                                 self.leaders.index(self.world.rank))
+        received = _exchange(self.world,
+                             [(self.leaders[j], own) for j, own in zip(send_to, owns)],
+                             [(self.leaders[j], own.numel()) for j, own in zip(receive_from, owns)],
+                             owns[0])
+        for positions, own, other in zip(self.segments, owns, received):
+            self.unflatten(positions, own.mul_(0.5).add_(other.mul(0.5)))
 
     def _broadcast_from_leaders(self):
         """Every leader sends its model to its group, all groups in one global
@@ -206,27 +206,20 @@ class SGP(_GossipOptimizer):
         for other in received:
             total.add_(other)
         self.unflatten(positions, total.div_(3))
-        self.traffic = _total_traffic([comm])
+        self.traffic = comm.traffic.totals()
 
 
-def _total_traffic(communicators):
-    """Elements and bytes sent and received in this step's exchanges."""
-    totals = [comm.traffic.totals() for comm in communicators]
-    return {key: sum(t[key] for t in totals) for key in totals[0]} if totals else None
-
-
-def _process_sets(groups):
-    """This rank's group process set and (for leaders) the leaders' set.
-
-    Every rank registers every set, in the same order, as Horovod requires."""
+def _group_process_set(groups):
+    """This rank's group as a Horovod process set (every rank registers every
+    group, in the same order, as Horovod requires; one group is the global set)."""
+    if len(groups) == 1:
+        return hvd.global_process_set
     try:
         sets = [hvd.add_process_set(ranks) for ranks in groups]
-        leaders = hvd.add_process_set([ranks[0] for ranks in groups])
     except (ValueError, RuntimeError) as error:
         raise ValueError("hierarchical Crossover-SGD creates Horovod process sets: call "
                          "hvd.init(process_sets=\"dynamic\") first") from error
-    mine = next(s for s in sets if hvd.rank() in s.ranks)
-    return mine, leaders
+    return next(s for s in sets if hvd.rank() in s.ranks)
 
 
 __all__ = ["CrossoverSGD", "SGP"]

@@ -49,9 +49,9 @@ def main():
         flats.append(torch.cat([p.data.reshape(-1) for p in params]).numpy().copy())
         if mode != "sgp" and members >= 2:
             perms.append([derangement(SEED, step, s, members) for s in range(len(optimizer.segments))])
-            if optimizer.members is not None:
+            if optimizer.is_leader:
                 routes.append(crossover_routes(SEED, step, len(optimizer.segments), members,
-                                               optimizer.members.rank))
+                                               optimizer.leaders.index(rank)))
     np.savez(os.path.join(out, f"rank{rank}.npz"), params=np.array(flats), size=size,
              perms=np.array(perms), routes=np.array(routes),
              segments=np.array([len(s) for s in getattr(optimizer, "segments", [])]))
