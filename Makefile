@@ -24,6 +24,7 @@ bench: install
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/sparse_allreduce.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/threshold_control.py
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/gossip.py
 
 test-core: install
 	$(PY) -m pytest tests -m "not horovod"

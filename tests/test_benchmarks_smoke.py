@@ -36,3 +36,9 @@ def test_threshold_control_quick():
 def test_sparse_allreduce_quick():
     out = horovodrun(2, "benchmarks/sparse_allreduce.py", "--quick")
     assert "exdyna" in out and "dense" in out
+
+
+@pytest.mark.horovod
+def test_gossip_quick():
+    out = horovodrun(4, "benchmarks/gossip.py", "--quick", "--methods", "crossover,hierarchical")
+    assert "Crossover-SGD, 2 groups @   64" in out

@@ -9,7 +9,8 @@
 """
 
 from .comm import Communicator, SimulatedCommunicator, run_simulated
-from .errors import HorovodSparseError, ModelMismatchError, NonFiniteGradientError
+from .errors import (HorovodSparseError, ModelMismatchError, NonFiniteGradientError,
+                     ParameterDivergenceError)
 from .exchange import GradientExchange
 from .layout import Layout
 from .metrics import StepMetrics, summarize
@@ -17,5 +18,5 @@ from .ops import ArrayOps, NumpyOps
 from .registry import available, create
 
 __all__ = ["ArrayOps", "Communicator", "GradientExchange", "HorovodSparseError", "Layout",
-           "ModelMismatchError", "NonFiniteGradientError", "NumpyOps", "SimulatedCommunicator",
+           "ModelMismatchError", "NonFiniteGradientError", "NumpyOps", "ParameterDivergenceError", "SimulatedCommunicator",
            "StepMetrics", "available", "create", "run_simulated", "summarize"]

@@ -16,3 +16,12 @@ class NonFiniteGradientError(HorovodSparseError, FloatingPointError):
         self.ranks, self.step = list(ranks), step
         super().__init__(f"non-finite (NaN/Inf) gradient on rank(s) {self.ranks} at step {step}; "
                          "the residuals are left as before this step")
+
+
+class ParameterDivergenceError(HorovodSparseError):
+    """Ranks that should hold identical parameters do not."""
+
+    def __init__(self, name, ranks):
+        self.name, self.ranks = name, list(ranks)
+        super().__init__(f"parameter {name!r} differs between ranks: rank(s) {self.ranks} "
+                         "disagree with rank 0")

@@ -6,8 +6,8 @@ parameter from the backward hooks, allreduces what it returns, and calls
 ``compress`` of a step before any ``decompress``.  :class:`SparseCompressor`
 uses that order to run the *whole-model* algorithm:
 
-* ``compress`` records the gradient and returns a one-element placeholder
-  (Horovod's own allreduce then moves 4 bytes per parameter);
+* ``compress`` records the gradient and returns a one-element float32
+  placeholder (Horovod's own allreduce then moves 4 bytes per parameter);
 * the first ``decompress`` of the step flattens all recorded gradients in a
   fixed order, runs :class:`~horovod_sparse.core.GradientExchange` (selection,
   error feedback, Horovod allgather/allreduce of the sparse data) and caches
@@ -26,7 +26,10 @@ Tensors that are not floating point, or empty, pass through unchanged
 """
 
 
+import torch
+
 from ..core import GradientExchange, Layout, create
+from ..core.consistency import check_identical
 from ..core.metrics import summarize
 from .comm import HorovodTorchCommunicator
 from .ops import TorchOps
@@ -49,13 +52,23 @@ class SparseCompressor:
         residuals in ``state_dict`` and fixes the flattening order.
     nonfinite : ``"raise"`` or ``"skip"`` (see ``core.exchange``).
     process_set : Horovod process set to exchange within (default: all ranks).
+    check_every : with ``named_parameters``, every this many steps check (before
+        the exchange) that all ranks hold bit-identical parameters; raises
+        :class:`~horovod_sparse.core.ParameterDivergenceError` naming the first
+        differing tensor on every rank.  ``None`` (default) never checks.
     """
 
-    def __init__(self, sparsifier, named_parameters=None, nonfinite="raise", process_set=None):
+    def __init__(self, sparsifier, named_parameters=None, nonfinite="raise", process_set=None,
+                 check_every=None):
         self.sparsifier = sparsifier
         self._named = list(named_parameters) if named_parameters is not None else None
         self._order = {name: i for i, (name, _) in enumerate(self._named or [])}
         self._nonfinite, self._process_set = nonfinite, process_set
+        if check_every is not None and (isinstance(check_every, bool) or not isinstance(
+                check_every, int) or check_every < 1 or self._named is None):
+            raise ValueError("check_every must be a positive integer (and named_parameters "
+                             f"given), got {check_every!r}")
+        self._check_every = check_every
         self._exchange = None
         self._pending_state = None
         self._recorded = []       # (name, tensor) compressed this step
@@ -69,7 +82,8 @@ class SparseCompressor:
         if self._aggregates is not None:  # first compress after an exchange: a new step
             self._aggregates, self._recorded = None, []
         self._recorded.append((self._name_of(tensor), tensor))
-        return tensor.new_zeros(1), _Slot(len(self._recorded) - 1)
+        # float32 whatever the gradient's dtype: Horovod cannot allreduce bfloat16 on CPU
+        return torch.zeros(1, device=tensor.device), _Slot(len(self._recorded) - 1)
 
     def decompress(self, tensor, ctx):
         if ctx is None:
@@ -120,6 +134,8 @@ class SparseCompressor:
                                               nonfinite=self._nonfinite)
             if self._pending_state is not None:
                 self._exchange.load_state_dict(self._pending_state)
+        if self._check_every and self._exchange.step_count % self._check_every == 0:
+            check_parameters(self._named, self._exchange.comm)
         order = sorted(range(len(self._recorded)),
                        key=lambda i: self._order.get(self._recorded[i][0], i))
         recorded = [self._recorded[i] for i in order]
@@ -135,6 +151,15 @@ class SparseCompressor:
         for slot, (start, stop), (_, tensor) in zip(order, layout.bounds, recorded):
             aggregates[slot] = flat[start:stop].view(tensor.shape).to(tensor.dtype)
         return aggregates
+
+
+def check_parameters(named_parameters, comm=None):
+    """The consistency guard: raise on every rank unless all ranks hold
+    bit-identical parameters (``comm``: default all ranks)."""
+    named = list(named_parameters)
+    comm = comm if comm is not None else HorovodTorchCommunicator()
+    views = [p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy() for _, p in named]
+    check_identical([name for name, _ in named], views, comm)
 
 
 def _factory(method):
@@ -159,9 +184,11 @@ class Compression:
     """
 
     @staticmethod
-    def create(name, named_parameters=None, nonfinite="raise", process_set=None, **hyperparameters):
+    def create(name, named_parameters=None, nonfinite="raise", process_set=None, check_every=None,
+               **hyperparameters):
         return SparseCompressor(create(name, **hyperparameters), named_parameters=named_parameters,
-                                nonfinite=nonfinite, process_set=process_set)
+                                nonfinite=nonfinite, process_set=process_set,
+                                check_every=check_every)
 
     topk = _factory("topk")
     micro = _factory("micro")
@@ -175,4 +202,4 @@ class Compression:
     gssgd = _factory("gssgd")
 
 
-__all__ = ["Compression", "SparseCompressor"]
+__all__ = ["Compression", "SparseCompressor", "check_parameters"]

@@ -135,11 +135,15 @@ class CrossoverSGD(_GossipOptimizer):
     def local_step(self, closure):
         if self.group_set is None:
             return self.optimizer.step(closure)
-        handles = [(p, hvd.allreduce_async(p.grad, op=hvd.Average, name=f"crossover.grad.{i}",
-                                           process_set=self.group_set))
-                   for i, p in enumerate(self.parameters) if p.grad is not None]
-        for parameter, handle in handles:
-            parameter.grad.copy_(hvd.synchronize(handle))
+        with_grad = [i for i, p in enumerate(self.parameters) if p.grad is not None]
+        grads = torch.cat([self.parameters[i].grad.reshape(-1) for i in with_grad])
+        mean = hvd.allreduce(grads, op=hvd.Average, name="crossover.group_gradients",
+                             process_set=self.group_set)  # one allreduce inside the group
+        offset = 0
+        for i in with_grad:
+            grad = self.parameters[i].grad
+            grad.copy_(mean[offset:offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
         return self.optimizer.step(closure) if self.is_leader else None  # members get the model
 
     def gossip(self):
