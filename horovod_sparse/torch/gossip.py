@@ -213,17 +213,24 @@ class SGP(_GossipOptimizer):
         self.traffic = comm.traffic.totals()
 
 
+_REGISTERED = {}  # ranks -> Horovod process set, registered once per process
+
+
 def _group_process_set(groups):
     """This rank's group as a Horovod process set (every rank registers every
-    group, in the same order, as Horovod requires; one group is the global set)."""
+    group, in the same order, as Horovod requires, once per process; one group is
+    the global set)."""
     if len(groups) == 1:
         return hvd.global_process_set
-    try:
-        sets = [hvd.add_process_set(ranks) for ranks in groups]
-    except (ValueError, RuntimeError) as error:
-        raise ValueError("hierarchical Crossover-SGD creates Horovod process sets: call "
-                         "hvd.init(process_sets=\"dynamic\") first") from error
-    return next(s for s in sets if hvd.rank() in s.ranks)
+    for ranks in groups:
+        if tuple(ranks) not in _REGISTERED:
+            try:
+                _REGISTERED[tuple(ranks)] = hvd.add_process_set(ranks)
+            except (ValueError, RuntimeError) as error:
+                raise ValueError("hierarchical Crossover-SGD registers Horovod process sets: "
+                                 "call hvd.init(process_sets=\"dynamic\") first "
+                                 f"({error})") from error
+    return next(_REGISTERED[tuple(ranks)] for ranks in groups if hvd.rank() in ranks)
 
 
 __all__ = ["CrossoverSGD", "SGP"]
