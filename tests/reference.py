@@ -64,6 +64,20 @@ def topk(grads, density):
     return records
 
 
+def _average_union(accs, union):
+    """Rank-order float32 sum of every worker's acc at ``union``, / P; zero union everywhere."""
+    P, n = len(accs), accs[0].size
+    aggregate = np.zeros(n, np.float32)
+    for i in union:
+        total = np.float32(0)
+        for acc in accs:
+            total = np.float32(total + acc[i])
+        aggregate[i] = total / np.float32(P)
+    for acc in accs:
+        acc[list(union)] = 0
+    return aggregate
+
+
 # -- threshold control (ALGORITHMS.md, MiCRO step 5 with its Decision; ours) ----
 def paper_next(thr, K, k):
     r = K / k
@@ -223,14 +237,7 @@ def exclusive(grads, density, control="adaptive", rebalance=None):
         selections = [[i for i in range(start, stop) if abs(acc[i]) >= rungs32[chosen]]
                       for acc, (start, stop) in zip(accs, owned)]
         union = [i for chosen_indices in selections for i in chosen_indices]
-        aggregate = np.zeros(n, np.float32)
-        for i in union:
-            total = np.float32(0)
-            for acc in accs:
-                total = np.float32(total + acc[i])
-            aggregate[i] = total / np.float32(P)
-        for acc in accs:
-            acc[union] = 0
+        aggregate = _average_union(accs, union)
         residuals = accs
         counts = [len(c) for c in selections]
         state = dict(counts=counts, nnz=len(union), threshold=rungs[chosen])
@@ -314,14 +321,7 @@ def deft(grads, density, sizes):
             selections.append(chosen)
         union = [i for chosen in selections for i in chosen]
         union += [i for l in common for i in range(*segments[l])]
-        aggregate = np.zeros(n, np.float32)
-        for i in union:
-            total = np.float32(0)
-            for acc in accs:
-                total = np.float32(total + acc[i])
-            aggregate[i] = total / np.float32(P)
-        for acc in accs:
-            acc[union] = 0
+        aggregate = _average_union(accs, union)
         residuals = accs
         records.append(_record(aggregate, residuals, counts=[len(c) for c in selections],
                                nnz=len(union), budgets=budgets))
@@ -329,20 +329,6 @@ def deft(grads, density, sizes):
 
 
 # -- baselines with a shared union: Random-k, hard threshold, CLT-k --------------
-def _average_union(accs, union):
-    """Rank-order float32 sum of every worker's acc at ``union``, / P; zero union everywhere."""
-    P, n = len(accs), accs[0].size
-    aggregate = np.zeros(n, np.float32)
-    for i in union:
-        total = np.float32(0)
-        for acc in accs:
-            total = np.float32(total + acc[i])
-        aggregate[i] = total / np.float32(P)
-    for acc in accs:
-        acc[list(union)] = 0
-    return aggregate
-
-
 def randomk(grads, density, seed=0):
     P, n = len(grads[0]), grads[0][0].size
     k = k_of(density, n)
