@@ -16,7 +16,7 @@ demo: install
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) examples/demo.py
 
 test: install
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=15
 
 bench: install
 	$(PY) benchmarks/selection_cost.py
@@ -25,6 +25,7 @@ bench: install
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/threshold_control.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/gossip.py
+	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/soak.py
 
 test-core: install
 	$(PY) -m pytest tests -m "not horovod"

@@ -38,7 +38,7 @@ def run_method(method, base, density, steps, warmup):
         start = time.perf_counter()
         exchange.step([grad], layout)
         totals.append(time.perf_counter() - start)
-    late = exchange.history[warmup:]
+    late = list(exchange.history)[warmup:]
     return {"method": method, "total_ms": 1e3 * np.median(totals[warmup:]),
             "selection_ms": 1e3 * np.median([m.selection_time for m in late]),
             "communication_ms": 1e3 * np.median([m.communication_time for m in late]),

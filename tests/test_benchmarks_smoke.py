@@ -42,3 +42,9 @@ def test_sparse_allreduce_quick():
 def test_gossip_quick():
     out = horovodrun(4, "benchmarks/gossip.py", "--quick", "--methods", "crossover,hierarchical")
     assert "Crossover-SGD, 2 groups @   64" in out
+
+
+@pytest.mark.horovod
+def test_soak_quick():
+    out = horovodrun(2, "benchmarks/soak.py", "--quick", "--methods", "exdyna,gssgd")
+    assert "exdyna: RSS" in out and "gssgd: RSS" in out

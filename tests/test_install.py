@@ -13,6 +13,7 @@ for blocked in ("torch", "tensorflow", "horovod", "mpi4py"):
 import numpy as np
 import horovod_sparse
 from horovod_sparse.core import GradientExchange, Layout, NumpyOps, create, run_simulated
+import horovod_sparse.core.gossip, horovod_sparse.core.sketch, horovod_sparse.core.consistency
 layout = Layout(("w",), ((100,),), ("float32",))
 def worker(comm):
     exchange = GradientExchange(create("exdyna", density=0.05), NumpyOps(), comm)
@@ -28,7 +29,8 @@ def test_core_imports_and_runs_without_torch_tensorflow_or_horovod():
     out = subprocess.run([sys.executable, "-c", CORE_WITHOUT_FRAMEWORKS], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "core ok ['deft', 'exdyna', 'micro', 'topk']" in out.stdout
+    assert ("core ok ['cltk', 'deft', 'dgc', 'exdyna', 'gssgd', 'gtopk', 'micro', 'randomk', "
+            "'threshold', 'topk']") in out.stdout
 
 
 def test_horovod_build_lists_both_frameworks_and_both_controllers():

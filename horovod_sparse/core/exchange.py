@@ -16,6 +16,7 @@ error on all ranks (or, with ``nonfinite="skip"``, all ranks return a zero
 gradient and keep their residuals) instead of hanging or corrupting state.
 """
 
+import collections
 import math
 import time
 
@@ -108,16 +109,18 @@ class GradientExchange:
     nonfinite : ``"raise"`` (default) raises :class:`NonFiniteGradientError`
         on every rank; ``"skip"`` returns a zero gradient on every rank.  Either
         way the residuals stay exactly as before the step.
+    history_size : how many steps of ``StepMetrics`` ``history`` keeps (the
+        newest; 1,000 by default), so a long run's memory does not grow.
     """
 
-    def __init__(self, sparsifier, ops, comm, nonfinite="raise"):
+    def __init__(self, sparsifier, ops, comm, nonfinite="raise", history_size=1000):
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         self.sparsifier, self.ops, self.comm = sparsifier, ops, comm
         self.nonfinite = nonfinite
         self.feedback = ErrorFeedback(ops, momentum=getattr(sparsifier, "momentum", 0.0))
         self.step_count = 0
-        self.history = []
+        self.history = collections.deque(maxlen=history_size)
         # Two output buffers, alternating: the aggregate a step returns stays
         # valid through the next step (Horovod makes p.grad a view of it).
         self._aggregates, self._output_size = [None, None], None

@@ -58,7 +58,7 @@ class StepMetrics:
 
 def summarize(history, skip_first=0):
     """Mean and max of the headline metrics over ``history[skip_first:]``."""
-    rows = [m for m in history[skip_first:] if not m.skipped]
+    rows = [m for m in list(history)[skip_first:] if not m.skipped]
     if not rows:
         return {}
     summary = {}

@@ -95,8 +95,8 @@ class SparseCompressor:
     # -- metrics and state ----------------------------------------------------
     @property
     def history(self):
-        """``StepMetrics`` of every step so far on this rank."""
-        return [] if self._exchange is None else self._exchange.history
+        """``StepMetrics`` of the steps so far on this rank (the newest 1,000), as a list."""
+        return [] if self._exchange is None else list(self._exchange.history)
 
     def metrics(self):
         """``StepMetrics`` of the last step (``None`` before the first)."""
