@@ -58,14 +58,13 @@ def make_optimizer(method, model, density, lr, **options):
             return hs.SGP(sgd, named_parameters=named), None
         return hs.CrossoverSGD(sgd, named_parameters=named, **options,
                                groups=2 if method == "hierarchical" else None), None
-    if method == "none":
-        compressor = hvd.Compression.none
-    else:
+    compressor, momentum = hvd.Compression.none, 0.9
+    if method != "none":
         compressor = hs.Compression.create(method, density=density, named_parameters=named,
                                            **options)
-    # DGC and gs-SGD apply momentum inside the compressor (momentum correction):
-    # the optimizer must then not add it again.
-    momentum = 0.0 if getattr(getattr(compressor, "sparsifier", None), "momentum", 0.0) else 0.9
+        # DGC and gs-SGD apply momentum inside the compressor (momentum
+        # correction): the optimizer must then not add it again.
+        momentum = 0.0 if compressor.sparsifier.momentum else 0.9
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr,
                                                          momentum=momentum),
                                          named_parameters=named, compression=compressor)

@@ -32,11 +32,11 @@ NONFINITE_POLICIES = ("raise", "skip")
 class StepContext:
     """What a sparsifier needs during one exchange: ops, communicator, layout, step."""
 
-    def __init__(self, ops, comm, layout, step, finite, aggregate, feedback, acc):
+    def __init__(self, ops, comm, layout, step, finite, aggregate, feedback):
         self.ops, self.comm, self.layout, self.step = ops, comm, layout, step
         self.finite = finite
         self._aggregate = aggregate
-        self._feedback, self._acc = feedback, acc
+        self._feedback = feedback
         self.selection_time = 0.0
         self.communication_time = 0.0
 
@@ -56,7 +56,7 @@ class StepContext:
     def clear(self, indices):
         """Error feedback: zero the communicated ``indices`` in this step's ``acc``
         (and in the velocity under momentum correction)."""
-        self._feedback.clear(self._acc, indices)
+        self._feedback.clear(indices)
 
     def timed_selection(self):
         return _Stopwatch(self, "selection_time")
@@ -118,7 +118,7 @@ class GradientExchange:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         self.sparsifier, self.ops, self.comm = sparsifier, ops, comm
         self.nonfinite = nonfinite
-        self.feedback = ErrorFeedback(ops, momentum=getattr(sparsifier, "momentum", 0.0))
+        self.feedback = ErrorFeedback(ops, momentum=sparsifier.momentum)
         self.step_count = 0
         self.history = collections.deque(maxlen=history_size)
         # Two output buffers, alternating: the aggregate a step returns stays
@@ -141,7 +141,7 @@ class GradientExchange:
         acc = self.feedback.accumulate(grads, layout, self._clip_scale(grads))
         context = StepContext(self.ops, self.comm, layout, self.step_count,
                               finite=self.ops.all_finite(acc), aggregate=self._output(layout, acc),
-                              feedback=self.feedback, acc=acc)
+                              feedback=self.feedback)
         try:
             aggregate, metrics = self.sparsifier.exchange(acc, context)
         except NonFiniteGradientError:
@@ -166,7 +166,7 @@ class GradientExchange:
     def _clip_scale(self, grads):
         """DGC's local gradient clipping: scale so ``||g|| <= clip_norm / sqrt(P)``
         (``None`` when the sparsifier does not clip or the norm is already below)."""
-        clip_norm = getattr(self.sparsifier, "clip_norm", None)
+        clip_norm = self.sparsifier.clip_norm
         if clip_norm is None:
             return None
         norm = math.sqrt(math.fsum(float(self.ops.segment_sq_norms(g, [(0, len(g))])[0])

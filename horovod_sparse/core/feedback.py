@@ -98,9 +98,9 @@ class ErrorFeedback:
             ops.add_slice(acc, self.residual, grad, start, stop)
         return acc
 
-    def clear(self, acc, indices):
-        """Zero the communicated ``indices`` in ``acc`` (and in the new velocity)."""
-        self.ops.zero_at(acc, indices)
+    def clear(self, indices):
+        """Zero the communicated ``indices`` in the accumulated gradient (and velocity)."""
+        self.ops.zero_at(self._residual.spare, indices)
         if self.momentum:
             self.ops.zero_at(self._velocity.spare, indices)
 
