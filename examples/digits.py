@@ -21,21 +21,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import horovod.torch as hvd
-from sklearn.datasets import load_digits
 
 import horovod_sparse
 import horovod_sparse.torch as hs
+from digits_common import dense_summary, load_split, sparse_summary
 
 
 def load_data(seed=0):
-    digits = load_digits()
-    x = (digits.data / 16.0).astype(np.float32)
-    y = digits.target.astype(np.int64)
-    order = np.random.default_rng(seed).permutation(len(y))
-    x, y = x[order], y[order]
-    split = int(0.8 * len(y))
-    return (torch.from_numpy(x[:split]), torch.from_numpy(y[:split]),
-            torch.from_numpy(x[split:]), torch.from_numpy(y[split:]))
+    """The digits split (``digits_common.load_split``) as torch tensors."""
+    return tuple(torch.from_numpy(array) for array in load_split(seed))
 
 
 def make_model(hidden=256):
@@ -121,18 +115,10 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
         summary.update(density=1.0, density_error_mean=0.0, density_error_max=0.0,
                        bytes_per_step=traffic["bytes_sent"] + traffic["bytes_received"],
                        buildup_mean=1.0, imbalance_mean=0.0)
-    elif compression == "none":  # one allreduce: n floats sent and n received (logical payload)
-        summary.update(density=1.0, density_error_mean=0.0, density_error_max=0.0,
-                       bytes_per_step=8 * n, buildup_mean=1.0, imbalance_mean=0.0)
+    elif compression == "none":
+        summary.update(dense_summary(n))
     else:
-        history = compressor.history
-        late = [m for m in history[5:] if not m.skipped]
-        errors = np.array([m.density_error for m in late])
-        summary.update(density=float(np.mean([m.density for m in late])),
-                       density_error_mean=float(errors.mean()), density_error_max=float(errors.max()),
-                       bytes_per_step=float(np.mean([m.bytes_sent + m.bytes_received for m in late])),
-                       buildup_mean=float(np.mean([m.buildup for m in late])),
-                       imbalance_mean=float(np.mean([m.imbalance for m in late])))
+        summary.update(sparse_summary(compressor.history))
     return summary
 
 

@@ -80,6 +80,22 @@ def assert_matches_reference(method, options, per_rank, grads, density, shapes=S
     return expected
 
 
+def check_rank_files(out, cases, grads, density):
+    """Every rank's saved records (``<out>/case<i>.rank<r>.npz``) equal the reference."""
+    size = len(grads[0])
+    for index, (method, options) in enumerate(cases):
+        expected = reference.run(method, grads, density, sizes(), **options)
+        for rank in range(size):
+            got = np.load(out / f"case{index}.rank{rank}.npz")
+            for step, want in enumerate(expected):
+                where = f"{method} {options} rank {rank}/{size} step {step}"
+                np.testing.assert_array_equal(got["aggregate"][step], want["aggregate"], where)
+                np.testing.assert_array_equal(got["residual"][step], want["residuals"][rank], where)
+                assert list(got["counts"][step]) == want["counts"], where
+                check_extras({key: got[key][step] for key in ("threshold", "edges", "velocity")},
+                             want, rank, where)
+
+
 def check_extras(got, want, rank, where):
     """Thresholds, partitions and velocities, where the method has them."""
     if "threshold" in want:

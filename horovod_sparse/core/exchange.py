@@ -189,4 +189,5 @@ class GradientExchange:
     def load_state_dict(self, state):
         self.step_count = int(state["step"])
         self.feedback.load_state_dict(state)
-        self.sparsifier.load_state_dict(state["sparsifier"])
+        if "sparsifier" in state:  # absent when carried over to another rank count
+            self.sparsifier.load_state_dict(state["sparsifier"])

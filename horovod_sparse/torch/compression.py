@@ -28,9 +28,9 @@ Tensors that are not floating point, or empty, pass through unchanged
 
 import torch
 
-from ..core import GradientExchange, Layout, create
+from ..core import Layout, create
+from ..core.compressor import WholeModelCompressor, method_factories
 from ..core.consistency import check_identical
-from ..core.metrics import summarize
 from .comm import HorovodTorchCommunicator
 from .ops import TorchOps
 
@@ -42,7 +42,7 @@ class _Slot:
         self.index = index
 
 
-class SparseCompressor:
+class SparseCompressor(WholeModelCompressor):
     """A stateful Horovod compressor; use one instance per ``DistributedOptimizer``.
 
     Parameters
@@ -56,24 +56,25 @@ class SparseCompressor:
         the exchange) that all ranks hold bit-identical parameters; raises
         :class:`~horovod_sparse.core.ParameterDivergenceError` naming the first
         differing tensor on every rank.  ``None`` (default) never checks.
+
+    Metrics (``metrics()``, ``history``, ``summary()``) and checkpoint state
+    (``state_dict(all_ranks=False)``, ``load_state_dict``) come from
+    :class:`~horovod_sparse.core.compressor.WholeModelCompressor`.
     """
 
     def __init__(self, sparsifier, named_parameters=None, nonfinite="raise", process_set=None,
                  check_every=None):
-        self.sparsifier = sparsifier
+        super().__init__(sparsifier, nonfinite)
         self._named = list(named_parameters) if named_parameters is not None else None
         self._order = {name: i for i, (name, _) in enumerate(self._named or [])}
-        self._nonfinite, self._process_set = nonfinite, process_set
+        self._process_set = process_set
         if check_every is not None and (isinstance(check_every, bool) or not isinstance(
                 check_every, int) or check_every < 1 or self._named is None):
             raise ValueError("check_every must be a positive integer (and named_parameters "
                              f"given), got {check_every!r}")
         self._check_every = check_every
-        self._exchange = None
-        self._pending_state = None
         self._recorded = []       # (name, tensor) compressed this step
         self._aggregates = None   # per recorded slot, after the step's exchange
-        self.layout = None
 
     # -- Horovod's Compressor interface ---------------------------------------
     def compress(self, tensor):
@@ -92,32 +93,13 @@ class SparseCompressor:
             self._aggregates = self._exchange_step()
         return self._aggregates[ctx.index]
 
-    # -- metrics and state ----------------------------------------------------
-    @property
-    def history(self):
-        """``StepMetrics`` of the steps so far on this rank (the newest 1,000), as a list."""
-        return [] if self._exchange is None else list(self._exchange.history)
-
-    def metrics(self):
-        """``StepMetrics`` of the last step (``None`` before the first)."""
-        return None if self._exchange is None else self._exchange.metrics
-
-    def summary(self, skip_first=0):
-        return summarize(self.history, skip_first)
-
-    def state_dict(self):
-        """Step, residuals by gradient name, and the sparsifier's state."""
-        if self._exchange is None:
-            return dict(self._pending_state or {})
-        return self._exchange.state_dict(self.layout)
-
-    def load_state_dict(self, state):
-        if self._exchange is None:
-            self._pending_state = state
-        else:
-            self._exchange.load_state_dict(state)
-
     # -------------------------------------------------------------------------
+    def _ops(self):
+        return TorchOps()
+
+    def _communicator(self):
+        return HorovodTorchCommunicator(self._process_set)
+
     def _name_of(self, tensor):
         if self._named is None:
             return f"grad.{len(self._recorded)}"
@@ -128,25 +110,16 @@ class SparseCompressor:
                          "named_parameters given to the compressor")
 
     def _exchange_step(self):
-        if self._exchange is None:
-            self._exchange = GradientExchange(self.sparsifier, TorchOps(),
-                                              HorovodTorchCommunicator(self._process_set),
-                                              nonfinite=self._nonfinite)
-            if self._pending_state is not None:
-                self._exchange.load_state_dict(self._pending_state)
-        if self._check_every and self._exchange.step_count % self._check_every == 0:
-            check_parameters(self._named, self._exchange.comm)
+        steps_done = self.gradient_exchange.step_count
+        if self._check_every and steps_done % self._check_every == 0:
+            check_parameters(self._named, self.comm)
         order = sorted(range(len(self._recorded)),
                        key=lambda i: self._order.get(self._recorded[i][0], i))
         recorded = [self._recorded[i] for i in order]
         layout = Layout(names=tuple(name for name, _ in recorded),
                         shapes=tuple(tuple(t.shape) for _, t in recorded),
                         dtypes=tuple(str(t.dtype) for _, t in recorded))
-        if self.layout is not None and layout != self.layout:
-            raise ValueError("the gradients exchanged changed between steps (was: "
-                             f"{self.layout.describe()}; now: {layout.describe()})")
-        self.layout = layout
-        flat = self._exchange.step([t.detach().reshape(-1) for _, t in recorded], layout)
+        flat = self.exchange([t.detach().reshape(-1) for _, t in recorded], layout)
         aggregates = [None] * len(recorded)
         for slot, (start, stop), (_, tensor) in zip(order, layout.bounds, recorded):
             aggregates[slot] = flat[start:stop].view(tensor.shape).to(tensor.dtype)
@@ -162,16 +135,7 @@ def check_parameters(named_parameters, comm=None):
     check_identical([name for name, _ in named], views, comm)
 
 
-def _factory(method):
-    def factory(density=0.001, **options):
-        return Compression.create(method, density=density, **options)
-
-    factory.__name__ = factory.__qualname__ = method
-    factory.__doc__ = (f"A :class:`SparseCompressor` running ``{method}`` (hyper-parameters: "
-                       "see ``horovod_sparse.core.methods`` and docs/methods.md).")
-    return staticmethod(factory)
-
-
+@method_factories
 class Compression:
     """Factories, used like Horovod's ``hvd.Compression.fp16``::
 
@@ -189,17 +153,6 @@ class Compression:
         return SparseCompressor(create(name, **hyperparameters), named_parameters=named_parameters,
                                 nonfinite=nonfinite, process_set=process_set,
                                 check_every=check_every)
-
-    topk = _factory("topk")
-    micro = _factory("micro")
-    exdyna = _factory("exdyna")
-    deft = _factory("deft")
-    gtopk = _factory("gtopk")
-    randomk = _factory("randomk")
-    threshold = _factory("threshold")
-    dgc = _factory("dgc")
-    cltk = _factory("cltk")
-    gssgd = _factory("gssgd")
 
 
 __all__ = ["Compression", "SparseCompressor", "check_parameters"]

@@ -1,0 +1,34 @@
+"""What the digits examples share: the bundled data split and the traffic summary."""
+
+import numpy as np
+from sklearn.datasets import load_digits
+
+
+def load_split(seed=0):
+    """scikit-learn's bundled 8x8 digits (1,797 images, no download), scaled to
+    [0, 1], shuffled with ``seed`` and split 80 / 20: ``x_train, y_train, x_test, y_test``."""
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(y))
+    x, y = x[order], y[order]
+    split = int(0.8 * len(y))
+    return x[:split], y[:split], x[split:], y[split:]
+
+
+def sparse_summary(history):
+    """Density, density error, bytes and build-up over a compressor's steps
+    (the first 5 left out: thresholds settle there)."""
+    late = [m for m in history[5:] if not m.skipped]
+    errors = np.array([m.density_error for m in late])
+    return dict(density=float(np.mean([m.density for m in late])),
+                density_error_mean=float(errors.mean()), density_error_max=float(errors.max()),
+                bytes_per_step=float(np.mean([m.bytes_sent + m.bytes_received for m in late])),
+                buildup_mean=float(np.mean([m.buildup for m in late])),
+                imbalance_mean=float(np.mean([m.imbalance for m in late])))
+
+
+def dense_summary(n):
+    """The same fields for Horovod's dense allreduce: ``n`` floats sent and received."""
+    return dict(density=1.0, density_error_mean=0.0, density_error_max=0.0, bytes_per_step=8 * n,
+                buildup_mean=1.0, imbalance_mean=0.0)

@@ -1,0 +1,87 @@
+"""Compressor state in checkpoints: as bytes, gathered from every rank, and
+carried over to a different number of ranks.
+
+A compressor's state (``GradientExchange.state_dict``) is per rank: each
+rank's residual ``e_r`` (and velocity ``u_r`` with momentum) holds what it has
+not sent yet.  For a checkpoint that rank 0 alone writes, :func:`gather`
+collects every rank's state into ``{"ranks": [state_0, ..., state_{P-1}]}``;
+:func:`localize` turns that back into one rank's state:
+
+* on the same number of ranks ``P``, rank ``r`` gets exactly ``state_r``
+  (resuming is bit-identical);
+* on ``P' != P`` ranks every rank starts from the mean of the old residuals
+  (and velocities), ``e' = (1/P) sum_r e_r``.  The pending update -- what
+  error feedback will still add to the averaged gradient, ``(1/P) sum_r e_r``
+  -- is then unchanged: ``(1/P') sum_{r'} e' = e'``.  The sparsifier's own
+  state (thresholds, partitions: they depend on ``P``) is not carried over;
+  it is rebuilt at the first step as in a new run.  The step count is kept.
+
+:func:`encode`/:func:`decode` turn a state into bytes and back exactly
+(arrays in an ``.npz`` archive, everything else as JSON: floats round-trip).
+"""
+
+import io
+import json
+
+import numpy as np
+
+_ARRAY_GROUPS = ("residuals", "velocities")
+
+
+def encode(state):
+    """``bytes`` of a state dict (a rank's own or a gathered one)."""
+    if "ranks" in state:
+        parts = {f"rank{r}": np.frombuffer(encode(s), dtype=np.uint8)
+                 for r, s in enumerate(state["ranks"])}
+        return _npz(meta=json.dumps({"ranks": len(state["ranks"])}), **parts)
+    arrays = {f"{group}/{name}": np.asarray(value, dtype=np.float32)
+              for group in _ARRAY_GROUPS for name, value in state.get(group, {}).items()}
+    rest = {key: value for key, value in state.items() if key not in _ARRAY_GROUPS}
+    meta = {"groups": [group for group in _ARRAY_GROUPS if group in state], "state": rest}
+    return _npz(meta=json.dumps(meta), **arrays)
+
+
+def decode(data):
+    """The state dict :func:`encode` was given."""
+    with np.load(io.BytesIO(bytes(data)), allow_pickle=False) as archive:
+        meta = json.loads(str(archive["meta"]))
+        if "ranks" in meta:
+            return {"ranks": [decode(archive[f"rank{r}"].tobytes()) for r in range(meta["ranks"])]}
+        state = dict(meta["state"])
+        for group in meta["groups"]:
+            prefix = f"{group}/"
+            state[group] = {key[len(prefix):]: archive[key] for key in archive.files
+                            if key.startswith(prefix)}
+        return state
+
+
+def gather(state, comm):
+    """Every rank's ``state`` as ``{"ranks": [...]}`` (collective: call on all ranks)."""
+    own = np.frombuffer(encode(state), dtype=np.uint8)
+    lengths = comm.allgather_host(np.array([own.size], dtype=np.int64))[:, 0]
+    padded = np.zeros(int(lengths.max()), dtype=np.uint8)
+    padded[:own.size] = own
+    rows = comm.allgather_host(padded)
+    return {"ranks": [decode(row[:length].tobytes()) for row, length in zip(rows, lengths)]}
+
+
+def localize(state, rank, size):
+    """Rank ``rank`` of ``size``'s state from a gathered or an own state."""
+    if "ranks" not in state:
+        return state
+    ranks = state["ranks"]
+    if len(ranks) == size:
+        return ranks[rank]
+    merged = {"step": ranks[0]["step"]}
+    for group in _ARRAY_GROUPS:
+        if group in ranks[0]:
+            merged[group] = {name: np.mean([s[group][name] for s in ranks], axis=0,
+                                           dtype=np.float64).astype(np.float32)
+                             for name in ranks[0][group]}
+    return merged
+
+
+def _npz(**arrays):
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()

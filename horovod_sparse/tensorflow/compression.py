@@ -1,0 +1,185 @@
+"""Horovod TensorFlow ``Compressor`` that exchanges the whole model's gradient sparsely.
+
+Horovod's TensorFlow integrations build the gradient allreduce as a graph:
+``DistributedGradientTape`` wraps it in a ``tf.function`` even in eager mode,
+and Keras trains inside one.  So ``compress``/``decompress`` run while that
+graph is *traced*, not at every step.  With ``groups=1`` Horovod allreduces
+all gradients in one group and calls every ``compress`` before any
+``decompress``; :class:`SparseCompressor` uses that:
+
+* ``compress`` records the (symbolic) gradient and returns a one-element
+  float32 placeholder, which Horovod's own grouped allreduce carries;
+* the first ``decompress`` adds one ``tf.py_function`` op to the graph.  At
+  every step it runs :class:`~horovod_sparse.core.GradientExchange` on all
+  of the step's gradients -- TensorFlow ops on the gradients' device, Horovod
+  collectives in eager mode -- and returns the averaged gradients; every
+  ``decompress`` returns its own.
+
+Without ``groups=1`` Horovod hands over one gradient at a time (compress,
+allreduce, decompress, then the next), so the whole model is never in view:
+the compressor sees this while tracing and raises a ``ValueError`` saying to
+pass ``groups=1``.  Errors of a step (non-finite gradients, ranks whose models
+differ) surface as ``tf.errors`` whose message is ours.
+
+Gradients are named ``grad.<i>`` in the order Horovod hands them over (the
+order of the variables).  The compressor is trackable: ``tf.train.Checkpoint(
+..., compression=compression)`` saves its state (step, residuals, the
+sparsifier's thresholds and partitions) and restores it before the next step.
+"""
+
+import tensorflow as tf
+from tensorflow.python.trackable.base import Trackable
+
+from ..core import Layout, checkpoint, create
+from ..core.compressor import WholeModelCompressor, method_factories
+from ..core.consistency import check_identical
+from .comm import HorovodTensorFlowCommunicator
+from .ops import TensorFlowOps
+
+_PER_TENSOR = ("horovod_sparse exchanges the whole model's gradient at once, but Horovod handed "
+               "it one gradient at a time: pass groups=1 to hvd.DistributedGradientTape / "
+               "hvd.DistributedOptimizer")
+
+
+class _Trace:
+    """The gradients one traced graph hands to ``compress``, and the exchange op built for them."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.outer = getattr(graph, "outer_graph", None)
+        self.grads = []
+        self.outputs = None
+
+
+class _Slot:
+    __slots__ = ("trace", "index")
+
+    def __init__(self, trace, index):
+        self.trace, self.index = trace, index
+
+
+class SparseCompressor(WholeModelCompressor, Trackable):
+    """A stateful Horovod compressor; one instance per tape or optimizer, with ``groups=1``.
+
+    Parameters
+    ----------
+    sparsifier : a core sparsifier (``horovod_sparse.create(name, **kw)``).
+    nonfinite : ``"raise"`` or ``"skip"`` (see ``core.exchange``).
+    process_set : Horovod process set to exchange within (default: all ranks).
+
+    Checkpoints: by default each rank's checkpoint holds its own state (the
+    residuals are per rank).  For a checkpoint rank 0 alone writes, call
+    :meth:`gather_for_checkpoint` on every rank first; restoring it works on
+    any number of ranks (``core.checkpoint`` says what a new rank count gets).
+    """
+
+    def __init__(self, sparsifier, nonfinite="raise", process_set=None):
+        super().__init__(sparsifier, nonfinite)
+        self._process_set = process_set
+        self._trace = None
+        self._gathered = None
+
+    # -- Horovod's Compressor interface ---------------------------------------
+    def compress(self, tensor):
+        if not tensor.dtype.is_floating or tensor.shape.num_elements() == 0:
+            return tensor, None
+        self._trace_for(tf.compat.v1.get_default_graph()).grads.append(tensor)
+        return tf.zeros([1], tf.float32), _Slot(self._trace, len(self._trace.grads) - 1)
+
+    def decompress(self, tensor, ctx):
+        if ctx is None:
+            return tensor
+        trace = ctx.trace
+        if trace.outputs is None:
+            if tf.executing_eagerly():
+                trace.outputs = self._exchange_step(*trace.grads)
+            else:
+                with tf.control_dependencies([tensor]):  # after Horovod's placeholder allreduce
+                    outputs = tf.py_function(self._exchange_step, trace.grads,
+                                             Tout=[g.dtype for g in trace.grads])
+                for output, grad in zip(outputs, trace.grads):
+                    output.set_shape(grad.shape)
+                trace.outputs = outputs
+        return trace.outputs[ctx.index]
+
+    def _trace_for(self, graph):
+        trace = self._trace
+        if tf.executing_eagerly():
+            if trace is None or trace.outputs is not None:  # eager: every step anew
+                self._trace = _Trace(graph)
+            return self._trace
+        if trace is not None and trace.outputs is not None and (
+                trace.graph is graph or (trace.outer is not None and trace.outer is getattr(
+                    graph, "outer_graph", None))):
+            raise ValueError(_PER_TENSOR)
+        if trace is None or trace.graph is not graph:
+            self._trace = _Trace(graph)
+        return self._trace
+
+    # -- the step (runs eagerly, inside tf.py_function in a graph) ------------
+    def _exchange_step(self, *grads):
+        layout = Layout(names=tuple(f"grad.{i}" for i in range(len(grads))),
+                        shapes=tuple(tuple(g.shape) for g in grads),
+                        dtypes=tuple(g.dtype.name for g in grads))
+        flat = self.exchange([tf.reshape(g, [-1]) for g in grads], layout)
+        return [tf.cast(tf.reshape(flat[start:stop], g.shape), g.dtype)
+                for (start, stop), g in zip(layout.bounds, grads)]
+
+    def _ops(self):
+        return TensorFlowOps()
+
+    def _communicator(self):
+        return HorovodTensorFlowCommunicator(self._process_set)
+
+    # -- checkpoints ----------------------------------------------------------
+    def gather_for_checkpoint(self):
+        """Collect every rank's state (collective) for the next ``Checkpoint.save``
+        at this step, so that rank 0's checkpoint alone holds all of it."""
+        self._gathered = (self._steps_done(), self.state_dict(all_ranks=True))
+
+    def _steps_done(self):
+        return 0 if self._exchange is None else self._exchange.step_count
+
+    def _serialize_to_tensors(self):
+        state = self.state_dict()
+        if self._gathered is not None:
+            step, gathered = self._gathered
+            if step != self._steps_done():
+                raise ValueError(f"gather_for_checkpoint() was called at step {step}, the "
+                                 f"compressor is at step {self._steps_done()}: call it again "
+                                 "(on every rank) right before saving")
+            state = gathered
+        return {"state": tf.constant(checkpoint.encode(state))}
+
+    def _restore_from_tensors(self, restored_tensors):
+        self.load_state_dict(checkpoint.decode(restored_tensors["state"].numpy()))
+        return tf.no_op()
+
+
+def check_variables(variables, process_set=None):
+    """The consistency guard: raise :class:`~horovod_sparse.core.ParameterDivergenceError`
+    on every rank unless all ranks hold bit-identical ``variables`` (eager)."""
+    variables = list(variables)
+    views = [tf.io.serialize_tensor(v).numpy() for v in variables]
+    check_identical([v.name for v in variables], views, HorovodTensorFlowCommunicator(process_set))
+
+
+@method_factories
+class Compression:
+    """Factories, used like Horovod's ``hvd.Compression.fp16``::
+
+        tape = hvd.DistributedGradientTape(
+            tape, groups=1,
+            compression=horovod_sparse.tensorflow.Compression.exdyna(density=0.001))
+
+    Every factory takes ``density`` and the method's hyper-parameters, plus
+    the optional ``nonfinite`` and ``process_set``.
+    """
+
+    @staticmethod
+    def create(name, nonfinite="raise", process_set=None, **hyperparameters):
+        return SparseCompressor(create(name, **hyperparameters), nonfinite=nonfinite,
+                                process_set=process_set)
+
+
+__all__ = ["Compression", "SparseCompressor", "check_variables"]
