@@ -6,6 +6,7 @@ import pytest
 from gradients import SHAPES, dyadic_gradient, sizes, stream
 from harness import layout_of, run_core
 from horovod_sparse import available, create
+from horovod_sparse.core import checkpoint
 from horovod_sparse.core import (GradientExchange, ModelMismatchError, NonFiniteGradientError,
                                  NumpyOps, run_simulated)
 from horovod_sparse.core.methods.deft import deft_budgets
@@ -189,6 +190,8 @@ def test_models_differing_across_ranks_fail_on_every_rank():
 
 @pytest.mark.parametrize("method", ALL_METHODS)
 def test_state_dict_resume_reproduces_the_run(method):
+    """Through the checkpoint path rank 0 alone writes: gathered, encoded to
+    bytes, decoded, localized -- and still bit-identical."""
     layout = layout_of(SHAPES)
     grads = stream(seed=21, steps=10, size=3)
 
@@ -202,14 +205,39 @@ def test_state_dict_resume_reproduces_the_run(method):
         straight = run(GradientExchange(create(method, density=0.03), NumpyOps(), comm), range(10))
         first = GradientExchange(create(method, density=0.03), NumpyOps(), comm)
         run(first, range(6))
-        saved = first.state_dict(layout)
+        written = checkpoint.encode(checkpoint.gather(first.state_dict(layout), comm))
         resumed = GradientExchange(create(method, density=0.03), NumpyOps(), comm)
-        resumed.load_state_dict(saved)
+        resumed.load_state_dict(checkpoint.localize(checkpoint.decode(written), comm.rank,
+                                                    comm.size))
         return straight[6:], run(resumed, range(6, 10))
 
     for straight, resumed in run_simulated(3, worker):
         for a, b in zip(straight, resumed):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("new_size", [1, 2, 5])
+def test_other_rank_count_keeps_the_pending_update(new_size):
+    """3 ranks' gathered state on ``new_size`` ranks: every rank starts from the
+    mean residual and velocity, so ``sum_r e_r / P`` is unchanged; the step is kept."""
+    layout = layout_of(SHAPES)
+    grads = stream(seed=4, steps=5, size=3)
+
+    def worker(comm):
+        exchange = GradientExchange(create("dgc", density=0.03), NumpyOps(), comm)
+        for t in range(5):
+            exchange.step([grads[t][comm.rank][s:e] for s, e in layout.bounds], layout)
+        return checkpoint.gather(exchange.state_dict(layout), comm)
+
+    gathered = checkpoint.decode(checkpoint.encode(run_simulated(3, worker)[0]))
+    for group in ("residuals", "velocities"):
+        pending = sum(np.concatenate(list(s[group].values())).astype(np.float64)
+                      for s in gathered["ranks"]) / 3
+        states = [checkpoint.localize(gathered, rank, new_size) for rank in range(new_size)]
+        carried = sum(np.concatenate(list(s[group].values())).astype(np.float64)
+                      for s in states) / new_size
+        np.testing.assert_allclose(carried, pending, rtol=1e-6, atol=1e-9)
+        assert all(s["step"] == 5 and "sparsifier" not in s for s in states)
 
 
 @pytest.mark.parametrize("bad", [0, -0.1, 1.5, float("nan")])
