@@ -18,12 +18,20 @@ class MpiCommunicator(Communicator):
 
     def _allgather(self, x, counts):
         x = np.ascontiguousarray(x)
+        if x.dtype == np.float16:  # MPI has no float16 type: move the bits
+            return self._allgather(x.view(np.uint16), counts).view(np.float16)
         out = np.empty(sum(counts), dtype=x.dtype)
         self.comm.Allgatherv(x, [out, counts])
         return out
 
     def _allreduce_sum(self, x):
         x = np.ascontiguousarray(x)
+        if x.dtype == np.float16:  # gather the bits, add in rank order (float16 sums)
+            parts = self._allgather_host(x.view(np.uint16)).view(np.float16)
+            total = parts[0].copy()
+            for part in parts[1:]:
+                total += part
+            return total
         out = np.empty_like(x)
         self.comm.Allreduce(x, out, op=MPI.SUM)
         return out

@@ -7,7 +7,7 @@ from gradients import SHAPES, dyadic_gradient, sizes, stream
 from harness import layout_of, run_core
 from horovod_sparse import available, create
 from horovod_sparse.core import checkpoint
-from horovod_sparse.core import (GradientExchange, ModelMismatchError, NonFiniteGradientError,
+from horovod_sparse.core import (GradientExchange, Layout, ModelMismatchError, NonFiniteGradientError,
                                  NumpyOps, run_simulated)
 from horovod_sparse.core.methods.deft import deft_budgets
 from horovod_sparse.core.partition import BlockPartition
@@ -214,6 +214,45 @@ def test_state_dict_resume_reproduces_the_run(method):
     for straight, resumed in run_simulated(3, worker):
         for a, b in zip(straight, resumed):
             np.testing.assert_array_equal(a, b)
+
+
+NO_MOMENTUM = {"dgc": {"momentum": 0.0}, "gssgd": {"momentum": 0.0}}
+
+
+@pytest.mark.parametrize("method", ALL_METHODS)
+def test_float16_wire_keeps_the_rounding_error_in_the_residual(method):
+    """float16 gradients: values travel as float16; at every coordinate a rank
+    sent, its new residual is exactly ``acc - float16(acc)`` (elsewhere ``acc``),
+    and residuals plus the applied aggregate still account for every ``acc``."""
+    shapes, size, steps = SHAPES, 3, 6
+    layout = Layout(names=tuple(f"p{i}" for i in range(len(shapes))), shapes=tuple(shapes),
+                    dtypes=("float16",) * len(shapes))
+    grads = [[(g * 0.3).astype(np.float16) for g in step] for step in stream(8, steps, size)]
+
+    def worker(comm):
+        exchange = GradientExchange(create(method, density=0.05, **NO_MOMENTUM.get(method, {})),
+                                    NumpyOps(), comm)
+        records, residual = [], np.zeros(layout.n, dtype=np.float32)
+        for t in range(steps):
+            flat = grads[t][comm.rank]
+            acc = residual + flat.astype(np.float32)
+            aggregate = np.array(exchange.step([flat[s:e] for s, e in layout.bounds], layout))
+            residual = np.array(exchange.feedback.residual)
+            records.append((acc, residual, aggregate))
+        return records
+
+    per_rank = run_simulated(size, worker)
+    rounded_somewhere = False
+    for t in range(steps):
+        for acc, residual, _ in (records[t] for records in per_rank):
+            rounding = acc - acc.astype(np.float16).astype(np.float32)
+            sent = residual != acc
+            np.testing.assert_array_equal(residual[sent], rounding[sent], f"{method} step {t}")
+            rounded_somewhere |= bool(np.any(rounding[sent] != 0))
+        accounted = sum(r[t][1].astype(np.float64) for r in per_rank) + size * per_rank[0][t][2]
+        total = sum(r[t][0].astype(np.float64) for r in per_rank)
+        np.testing.assert_allclose(accounted, total, rtol=2e-3, atol=2e-3, err_msg=method)
+    assert rounded_somewhere, "the test must exercise a float16 rounding"
 
 
 @pytest.mark.parametrize("new_size", [1, 2, 5])

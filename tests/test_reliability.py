@@ -20,7 +20,9 @@ def _results(scenario):
 def test_half_bfloat16_strided_and_empty_gradients_average_exactly():
     for row in _results("dtypes"):
         assert row["averages_exact"], row  # dtype and shape kept, value = the dense average
+        assert row["float16_on_the_wire"] is True, row
         assert row["passthrough"], row     # integer, boolean and empty tensors untouched
+        assert row["float16_on_the_wire"] is True, row
 
 
 def test_models_differing_across_ranks_raise_on_every_rank():

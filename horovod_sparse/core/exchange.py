@@ -29,11 +29,20 @@ from .metrics import StepMetrics
 NONFINITE_POLICIES = ("raise", "skip")
 
 
+def wire_dtype(layout):
+    """The dtype gradient values travel in: ``"float16"`` when every gradient is
+    float16, else ``"float32"`` (bfloat16 too: Horovod 0.28 cannot sum bfloat16
+    on CPU).  Selection and accumulation are always float32."""
+    names = {str(dtype).rsplit(".", 1)[-1] for dtype in layout.dtypes}
+    return "float16" if names == {"float16"} else "float32"
+
+
 class StepContext:
     """What a sparsifier needs during one exchange: ops, communicator, layout, step."""
 
     def __init__(self, ops, comm, layout, step, finite, aggregate, feedback):
         self.ops, self.comm, self.layout, self.step = ops, comm, layout, step
+        self.wire_dtype = wire_dtype(layout)
         self.finite = finite
         self._aggregate = aggregate
         self._feedback = feedback
@@ -55,8 +64,16 @@ class StepContext:
 
     def clear(self, indices):
         """Error feedback: zero the communicated ``indices`` in this step's ``acc``
-        (and in the velocity under momentum correction)."""
-        self._feedback.clear(indices)
+        (and in the velocity under momentum correction); with a float16 wire,
+        keep the rounding error there instead."""
+        self._feedback.clear(indices, self.wire_dtype)
+
+    def to_wire(self, values):
+        """Gradient values as they travel: in :attr:`wire_dtype`."""
+        return values if self.wire_dtype == "float32" else self.ops.to_wire(values, self.wire_dtype)
+
+    def from_wire(self, values):
+        return values if self.wire_dtype == "float32" else self.ops.from_wire(values)
 
     def timed_selection(self):
         return _Stopwatch(self, "selection_time")

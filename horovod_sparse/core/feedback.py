@@ -98,9 +98,16 @@ class ErrorFeedback:
             ops.add_slice(acc, self.residual, grad, start, stop)
         return acc
 
-    def clear(self, indices):
-        """Zero the communicated ``indices`` in the accumulated gradient (and velocity)."""
-        self.ops.zero_at(self._residual.spare, indices)
+    def clear(self, indices, wire_dtype="float32"):
+        """Zero the communicated ``indices`` in the accumulated gradient (and velocity).
+
+        Values sent in a narrower ``wire_dtype`` (float16) leave their rounding
+        error in the residual instead of zero: nothing is lost on the wire.
+        """
+        if wire_dtype == "float32":
+            self.ops.zero_at(self._residual.spare, indices)
+        else:
+            self.ops.keep_rounding_error(self._residual.spare, indices, wire_dtype)
         if self.momentum:
             self.ops.zero_at(self._velocity.spare, indices)
 

@@ -53,6 +53,19 @@ class ArrayOps:
     def zero_at(self, x, indices):
         raise NotImplementedError
 
+    def keep_rounding_error(self, x, indices, dtype):
+        """``x[i] -= float32(dtype(x[i]))`` at ``indices``, in place: what rounding
+        to the wire ``dtype`` (``"float16"``) loses stays behind."""
+        raise NotImplementedError
+
+    def to_wire(self, values, dtype):
+        """``values`` cast to the wire ``dtype`` (a numpy dtype name)."""
+        raise NotImplementedError
+
+    def from_wire(self, values):
+        """Received wire values as float32."""
+        raise NotImplementedError
+
     def scatter_add(self, dense, indices, values):
         raise NotImplementedError
 
@@ -176,6 +189,16 @@ class NumpyOps(ArrayOps):
 
     def zero_at(self, x, indices):
         x[indices] = 0
+
+    def keep_rounding_error(self, x, indices, dtype):
+        values = x[indices]
+        x[indices] = values - values.astype(dtype).astype(np.float32)
+
+    def to_wire(self, values, dtype):
+        return np.asarray(values).astype(dtype)
+
+    def from_wire(self, values):
+        return np.asarray(values, dtype=np.float32)
 
     def scatter_add(self, dense, indices, values):
         dense[indices] += values

@@ -42,6 +42,16 @@ class TensorFlowOps(ArrayOps):
     def zero_at(self, x, indices):
         x.scatter_nd_update(indices[:, None], tf.zeros(tf.shape(indices), dtype=x.dtype))
 
+    def keep_rounding_error(self, x, indices, dtype):
+        values = tf.gather(x, indices)
+        x.scatter_nd_update(indices[:, None], values - tf.cast(tf.cast(values, dtype), x.dtype))
+
+    def to_wire(self, values, dtype):
+        return tf.cast(values, dtype)
+
+    def from_wire(self, values):
+        return tf.cast(values, tf.float32)
+
     def scatter_add(self, dense, indices, values):
         dense.scatter_nd_add(indices[:, None], tf.cast(values, dense.dtype))
 

@@ -71,6 +71,16 @@ class TorchOps(ArrayOps):
     def zero_at(self, x, indices):
         x.index_fill_(0, indices, 0)
 
+    def keep_rounding_error(self, x, indices, dtype):
+        values = x.index_select(0, indices)
+        x.index_copy_(0, indices, values - values.to(getattr(torch, dtype)).float())
+
+    def to_wire(self, values, dtype):
+        return values.to(getattr(torch, dtype))
+
+    def from_wire(self, values):
+        return values.float()
+
     def scatter_add(self, dense, indices, values):
         dense.index_add_(0, indices, values)
 

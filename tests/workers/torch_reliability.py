@@ -46,7 +46,27 @@ def dtypes(rank):
         compressed, ctx = compression.compress(tensor)
         passthrough.append(compressed is tensor and ctx is None
                            and compression.decompress(compressed, ctx) is tensor)
-    return {"averages_exact": all(ok), "passthrough": all(passthrough)}
+    return {"averages_exact": all(ok), "passthrough": all(passthrough),
+            "float16_on_the_wire": float16_wire(rank)}
+
+
+def float16_wire(rank):
+    """An all-float16 model: values travel as float16 (fewer bytes than the same
+    model in float32) and the average equals Horovod's own float16 average."""
+    sent, exact = {}, []
+    for dtype in (torch.float16, torch.float32):
+        named = [("a", torch.nn.Parameter(torch.zeros(50, dtype=dtype))),
+                 ("b", torch.nn.Parameter(torch.zeros(7, 3, dtype=dtype)))]
+        optimizer, compression = optimizer_for(named, method="topk", density=1.0)
+        torch.manual_seed(rank)
+        sum((p * torch.randn(p.shape).to(dtype)).sum() for _, p in named).backward()
+        raw = {name: p.grad.clone() for name, p in named}
+        optimizer.synchronize()
+        for name, p in named:
+            expected = hvd.allreduce(raw[name], op=hvd.Average, name=f"wire.{name}.{dtype}")
+            exact.append(p.grad.dtype == dtype and torch.equal(p.grad, expected))
+        sent[dtype] = compression.metrics().bytes_sent
+    return all(exact) and sent[torch.float16] < sent[torch.float32]
 
 
 def mismatch(rank):

@@ -56,7 +56,7 @@ def average_disjoint(context, union, acc):
     ``P`` and scatter into a dense aggregate; clear ``union`` on every rank."""
     ops, comm = context.ops, context.comm
     with context.timed_communication():
-        summed = comm.allreduce_sum(ops.take(acc, union))
+        summed = context.from_wire(comm.allreduce_sum(context.to_wire(ops.take(acc, union))))
     aggregate = context.new_aggregate()
     ops.scatter_add(aggregate, union, ops.divide(summed, comm.size))
     context.clear(union)
@@ -70,7 +70,7 @@ def average_gathered(context, indices, values, counts):
     ops, comm = context.ops, context.comm
     gathered = gather_indices(context, indices, counts)
     with context.timed_communication():
-        gathered_values = comm.allgather(values, counts)
+        gathered_values = context.from_wire(comm.allgather(context.to_wire(values), counts))
     aggregate = context.new_aggregate()
     offsets = np.concatenate([[0], np.cumsum(counts)])
     for start, stop in zip(offsets[:-1], offsets[1:]):

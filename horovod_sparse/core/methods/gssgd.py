@@ -97,7 +97,7 @@ class GsSGD(Sparsifier):
             local = ops.abs_ge_indices(estimates, rungs[chosen], 0, stop - start) + start
         candidates = gather_indices(context, local, counts)
         with context.timed_communication():
-            exact = comm.allreduce_sum(ops.take(acc, candidates))
+            exact = context.from_wire(comm.allreduce_sum(context.to_wire(ops.take(acc, candidates))))
         with context.timed_selection():
             best = ops.topk_abs_indices(exact, k, 0, len(candidates))
             selected = ops.take(candidates, best)

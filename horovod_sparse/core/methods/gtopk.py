@@ -68,7 +68,7 @@ class GTopK(Sparsifier):
         mine = ops.intersect(final, local)
         ops.scatter_add(aggregate, mine, ops.take(acc, mine))  # own contributions, on F
         with context.timed_communication():
-            summed = comm.allreduce_sum(ops.take(aggregate, final))
+            summed = context.from_wire(comm.allreduce_sum(context.to_wire(ops.take(aggregate, final))))
         ops.fill_zero(aggregate)
         ops.scatter_add(aggregate, final, ops.divide(summed, size))
         context.clear(mine)
