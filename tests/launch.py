@@ -1,5 +1,6 @@
 """Launch real multi-rank jobs from tests: ``horovodrun`` (Gloo) and ``mpirun`` (MPI)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -43,3 +44,15 @@ def mpirun(np_, script, *args, timeout=300):
                "-x", "TF_CPP_MIN_LOG_LEVEL", "--mca", "btl", "self,tcp,vader",
                sys.executable, script, *map(str, args)]
     return _run(command, timeout)
+
+
+def assert_rank_checks(output, size):
+    """Every rank printed ``{"rank": r, "checks": {name: true | message}}`` and every
+    check is ``true``; returns the reports (horovodrun prefixes lines with ``[r]<stdout>:``)."""
+    reports = [json.loads(line[line.index("{"):]) for line in output.splitlines()
+               if '"checks"' in line]
+    assert sorted(report["rank"] for report in reports) == list(range(size)), output[-3000:]
+    for report in reports:
+        failed = {key: value for key, value in report["checks"].items() if value is not True}
+        assert not failed, f"rank {report['rank']}: {failed}"
+    return reports

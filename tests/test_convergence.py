@@ -26,25 +26,23 @@ def _final(result):
     return float(np.mean(result["accuracies"][-5:]))
 
 
-def test_partition_methods_match_dense_accuracy_on_four_ranks(tmp_path):
-    results = _train(4, ["none", "micro", "exdyna", "deft"], tmp_path)
+def test_every_method_matches_dense_accuracy(tmp_path):
+    """On 2 ranks (the 4-rank, 40-epoch runs are in docs/convergence_0.01.md):
+    MiCRO, ExDyna and DEFT within 1 point of dense, with ExDyna's and MiCRO's
+    density on target; Top-k, gTop-k, hard threshold, DGC, CLT-k and gs-SGD
+    within 1.5 points, gTop-k, CLT-k and gs-SGD applying exactly k every step.
+    Random-k is left out: with error feedback it diverges on this task
+    (recorded in docs/convergence_0.01.md)."""
+    partition, baselines = ["micro", "exdyna", "deft"], ["topk", "gtopk", "threshold", "dgc",
+                                                          "cltk", "gssgd"]
+    results = _train(2, ["none"] + partition + baselines, tmp_path)
     dense = _final(results["none"])
     assert dense > 0.95
-    for method in ("micro", "exdyna", "deft"):
-        result = results[method]
-        assert _final(result) >= dense - 0.01, (method, _final(result), dense)
+    for method in partition:
+        assert _final(results[method]) >= dense - 0.01, (method, results[method]["accuracies"])
     for method in ("micro", "exdyna"):  # threshold-controlled density
         assert results[method]["density_error_mean"] <= 0.02, results[method]
         assert results[method]["density_error_max"] <= 0.05, results[method]
-
-
-def test_baselines_match_dense_accuracy_on_two_ranks(tmp_path):
-    """Top-k, gTop-k, hard threshold, DGC, CLT-k and gs-SGD within 1.5 points of
-    dense.  Random-k is left out: with error feedback it diverges on this task
-    (recorded, with the 4-rank runs of every method, in docs/convergence_0.01.md)."""
-    baselines = ["topk", "gtopk", "threshold", "dgc", "cltk", "gssgd"]
-    results = _train(2, ["none"] + baselines, tmp_path)  # 4 ranks: docs/convergence_0.01.md
-    dense = _final(results["none"])
     for method in baselines:
         assert _final(results[method]) >= dense - 0.015, (method, results[method]["accuracies"])
     for method in ("gtopk", "cltk", "gssgd"):  # exactly k coordinates applied every step

@@ -14,7 +14,7 @@ import pytest
 
 from gradients import stream
 from harness import CASES, check_rank_files
-from launch import horovodrun
+from launch import assert_rank_checks, horovodrun
 
 pytestmark = pytest.mark.horovod
 STEPS, SEED, DENSITY = 12, 7, 0.02
@@ -50,16 +50,7 @@ def test_tensorflow_equals_pytorch(tmp_path):
                 np.testing.assert_array_equal(tf_run[key], torch_run[key], f"{cases[index]} {key}")
 
 
-def _reports(output):
-    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
-
-
 @pytest.mark.parametrize("scenario", ["errors", "checkpoint", "keras"])
 def test_tensorflow_behaviour(scenario, tmp_path):
-    """Each scenario's rank reports must hold on every rank (see tf_behaviour.py)."""
-    output = horovodrun(2, "tests/workers/tf_behaviour.py", scenario, tmp_path)
-    reports = _reports(output)
-    assert sorted(report["rank"] for report in reports) == [0, 1], output
-    for report in reports:
-        failed = {key: value for key, value in report["checks"].items() if value is not True}
-        assert not failed, f"rank {report['rank']}: {failed}"
+    """Each scenario's checks hold on every rank (see workers/tf_behaviour.py)."""
+    assert_rank_checks(horovodrun(2, "tests/workers/tf_behaviour.py", scenario, tmp_path), 2)
