@@ -16,7 +16,7 @@ TF_VERSION=2.21.0
 HOROVOD_VERSION=0.28.1
 CACHE_DIR=${HOROVOD_SPARSE_CACHE:-$HOME/.cache/horovod_sparse}
 WHEEL_DIR=$CACHE_DIR/horovod-$HOROVOD_VERSION-torch$TORCH_VERSION-tf$TF_VERSION
-APT_PACKAGES="openmpi-bin libopenmpi-dev libhighwayhash-dev libfarmhash-dev"
+APT_PACKAGES="openmpi-bin libopenmpi-dev libhighwayhash-dev libfarmhash-dev openssh-server openssh-client iproute2"
 
 log() { printf '\n==> %s\n' "$*"; }
 # pip, without the machine's notes about configured-but-absent local indexes

@@ -30,20 +30,24 @@ def _run(command, timeout):
     return result.stdout
 
 
-def horovodrun(np_, script, *args, timeout=300):
-    """Run ``script`` on ``np_`` local ranks with Horovod's Gloo controller."""
-    command = [os.path.join(BIN, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
-               "--gloo", sys.executable, script, *map(str, args)]
-    return _run(command, timeout)
-
-
-def mpirun(np_, script, *args, timeout=300):
-    """Run ``script`` on ``np_`` local ranks under Open MPI (Horovod's MPI controller)."""
-    command = [shutil.which("mpirun") or "mpirun", "--allow-run-as-root", "--oversubscribe",
-               "-np", str(np_), "-x", "OMP_NUM_THREADS", "-x", "PYTHONPATH", "-x", "PYTHONUNBUFFERED",
-               "-x", "TF_CPP_MIN_LOG_LEVEL", "--mca", "btl", "self,tcp,vader",
+def horovodrun(np_, script, *args, timeout=300, testbed=None):
+    """Run ``script`` on ``np_`` ranks with Horovod's Gloo controller: local ranks,
+    or across the hosts of ``testbed`` (``tests/multihost/testbed.py``)."""
+    hosts = ["-H", f"localhost:{np_}"] if testbed is None else testbed.horovodrun_args(np_ // 2)
+    command = [os.path.join(BIN, "horovodrun"), "-np", str(np_), *hosts, "--gloo",
                sys.executable, script, *map(str, args)]
-    return _run(command, timeout)
+    return _run(command if testbed is None else testbed.on_host1(command), timeout)
+
+
+def mpirun(np_, script, *args, timeout=300, testbed=None):
+    """Run ``script`` on ``np_`` ranks under Open MPI (Horovod's MPI controller): local
+    ranks, or across the hosts of ``testbed``."""
+    hosts = [] if testbed is None else testbed.mpirun_args(np_ // 2)
+    command = [shutil.which("mpirun") or "mpirun", "--allow-run-as-root", "--oversubscribe",
+               "-np", str(np_), *hosts, "-x", "OMP_NUM_THREADS", "-x", "PYTHONPATH",
+               "-x", "PYTHONUNBUFFERED", "-x", "TF_CPP_MIN_LOG_LEVEL", "--mca", "btl",
+               "self,tcp,vader", sys.executable, script, *map(str, args)]
+    return _run(command if testbed is None else testbed.on_host1(command), timeout)
 
 
 def assert_rank_checks(output, size):

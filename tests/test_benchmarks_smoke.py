@@ -15,9 +15,17 @@ def test_selection_cost_quick():
 
 
 @pytest.mark.horovod
-def test_convergence_quick():
-    out = horovodrun(2, "benchmarks/convergence.py", "--quick", "--methods", "none,exdyna")
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_convergence_quick(framework):
+    out = horovodrun(2, "benchmarks/convergence.py", "--quick", "--framework", framework,
+                     "--methods", "none,exdyna")
     assert "exdyna: accuracy" in out
+
+
+@pytest.mark.horovod
+def test_synthetic_quick():
+    out = horovodrun(2, "benchmarks/synthetic.py", "--quick", "--compression", "exdyna")
+    assert "Total img/sec on 2 worker(s)" in out and "Step breakdown" in out
 
 
 def test_rebalance_quick():

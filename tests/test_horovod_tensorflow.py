@@ -36,12 +36,12 @@ def test_tape_eager_two_ranks_match_reference(tmp_path):
 
 
 def test_tensorflow_equals_pytorch(tmp_path):
-    cases = [["exdyna", {}], ["gtopk", {}], ["dgc", {}], ["gssgd", {"momentum": 0.0}]]
+    cases = [["exdyna", {}], ["dgc", {}]]
     (tmp_path / "tf").mkdir()
     (tmp_path / "torch").mkdir()
-    _tape(2, "function", tmp_path / "tf", cases, steps=6)
+    _tape(2, "function", tmp_path / "tf", cases, steps=5)
     horovodrun(2, "tests/workers/torch_exchange.py", "--out", tmp_path / "torch", "--cases",
-               json.dumps(cases), "--steps", 6, "--seed", SEED, "--density", DENSITY)
+               json.dumps(cases), "--steps", 5, "--seed", SEED, "--density", DENSITY)
     for index in range(len(cases)):
         for rank in range(2):
             tf_run = np.load(tmp_path / "tf" / f"case{index}.rank{rank}.npz")

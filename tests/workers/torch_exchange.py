@@ -8,6 +8,7 @@ exchange them, and saves what it observed to ``<out>/<case>.rank<r>.npz``.
 import argparse
 import json
 import os
+import socket
 import sys
 
 import numpy as np
@@ -82,7 +83,7 @@ def main():
     for index, (method, options) in enumerate(json.loads(args.cases)):
         result = run_case(method, options, args, hvd.rank())
         np.savez(os.path.join(args.out, f"case{index}.rank{hvd.rank()}.npz"), size=hvd.size(),
-                 **result)
+                 host=socket.gethostname(), **result)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,123 @@
+"""Training throughput across two emulated hosts joined by a shaped link.
+
+    python benchmarks/multihost.py --rates 1gbit,10gbit    # as root
+
+For each link rate the test bed (``tests/multihost/testbed.py``: two network
+namespaces with sshd, a veth link shaped by ``tc tbf``) is brought up, and
+for each method ``benchmarks/synthetic.py`` (the 27.2M-parameter ``wide``
+model) runs under ``horovodrun -np 4 -H hs-node1:2,hs-node2:2`` (Gloo over
+ssh) from host 1, so every allreduce and allgather crosses the link.  Writes
+``docs/multihost.md`` (total img/sec, speed-up over dense, step breakdown,
+bytes per step, per rate) and ``docs/multihost.png``; the bed is taken down
+at the end.  ``--quick`` runs dense and ExDyna on the small model, unshaped,
+and writes nothing.
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "multihost"))
+import testbed  # noqa: E402
+
+DOCS = os.path.join(ROOT, "docs")
+BIN = os.path.dirname(sys.executable)
+METHODS = "none,topk,gtopk,micro,exdyna,deft,gssgd"
+
+
+def run(method, args, out):
+    command = [os.path.join(BIN, "horovodrun"), "-np", "4", *testbed.horovodrun_args(2), "--gloo",
+               sys.executable, os.path.join(ROOT, "benchmarks", "synthetic.py"),
+               "--compression", method, "--density", str(args.density), "--json", out]
+    command += ["--quick"] if args.quick else ["--model", "wide", "--iters", str(args.iters)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    result = subprocess.run(testbed.on_host1(command), cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=900)
+    if result.returncode != 0:
+        raise RuntimeError(f"{method} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    for line in result.stdout.splitlines():
+        if "Total img/sec" in line or "breakdown" in line:
+            print(f"  {method:>7}: {line.split(':', 1)[-1].strip()}", flush=True)
+    with open(out) as f:
+        return json.load(f)
+
+
+def write(results, args):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = ["# Across two hosts", "",
+             f"`python benchmarks/multihost.py --rates {args.rates} --density {args.density}` "
+             f"(as root; {platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}). "
+             "Two emulated hosts (network namespaces with sshd, `tests/multihost/testbed.py`) "
+             "joined by a veth link shaped with `tc tbf` on both ends; 4 ranks, 2 per host, "
+             "`horovodrun --gloo` over ssh; `benchmarks/synthetic.py --model wide` (27.2M "
+             f"parameters, batch 8 per rank, density {args.density}). All four ranks share the "
+             "machine's 2 cores, so forward/backward is slow and far from a real GPU's; the "
+             "link is the part a cluster shares.", ""]
+    for rate, rows in results.items():
+        dense = next(r for r in rows if r["method"] == "none")["total_img_sec"]
+        lines += [f"## {rate}", "", "| method | total img/sec | vs dense | step ms | fwd+bwd | "
+                  "selection | communication | other | bytes/worker/step |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            lines.append(f"| {r['method']} | {r['total_img_sec']:.1f} +-{r['total_img_sec_ci']:.1f} | "
+                         f"{r['total_img_sec'] / dense:.2f}x | {r['step_ms']:.0f} | "
+                         f"{r['forward_backward_ms']:.0f} | {r['selection_ms']:.0f} | "
+                         f"{r['communication_ms']:.0f} | {r['other_ms']:.0f} | "
+                         f"{r['bytes_per_step']:,.0f} |")
+        lines.append("")
+    lines += ["![throughput](multihost.png)", ""]
+    with open(os.path.join(DOCS, "multihost.md"), "w") as f:
+        f.write("\n".join(lines))
+    figure, axis = plt.subplots(figsize=(8, 4))
+    methods = [r["method"] for r in next(iter(results.values()))]
+    width = 0.8 / len(results)
+    for i, (rate, rows) in enumerate(results.items()):
+        axis.bar([j + i * width for j in range(len(methods))], [r["total_img_sec"] for r in rows],
+                 width, label=rate)
+    axis.set_xticks([j + width * (len(results) - 1) / 2 for j in range(len(methods))],
+                    ["dense" if m == "none" else m for m in methods])
+    axis.set(ylabel="total img/sec (4 ranks)", title="27.2M-parameter MLP across two hosts")
+    axis.legend(title="link")
+    figure.tight_layout()
+    figure.savefig(os.path.join(DOCS, "multihost.png"), dpi=100)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="1gbit,10gbit", help="tc rates, comma-separated")
+    parser.add_argument("--methods", default=METHODS, help="comma-separated; none = dense")
+    parser.add_argument("--density", type=float, default=0.001)
+    parser.add_argument("--iters", type=int, default=4)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.rates, args.methods = "unshaped", "none,exdyna"
+    results = {}
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            for rate in args.rates.split(","):
+                testbed.up(None if rate == "unshaped" else rate)
+                print(f"link {rate}:", flush=True)
+                results[rate] = [run(m, args, os.path.join(scratch, f"{rate}-{m}.json"))
+                                 for m in args.methods.split(",")]
+    except testbed.TestbedError as error:
+        sys.exit(f"multihost: {error}")
+    finally:
+        if os.geteuid() == 0:
+            testbed.down()
+    if not args.quick:
+        write(results, args)
+
+
+if __name__ == "__main__":
+    main()
