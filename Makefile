@@ -23,6 +23,10 @@ bench: install
 	$(PY) benchmarks/rebalance.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/sparse_allreduce.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --framework tensorflow
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/synthetic.py --compression none
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/synthetic.py --compression exdyna
+	$(PY) benchmarks/multihost.py --rates 1gbit,10gbit
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/threshold_control.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/gossip.py
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/soak.py
