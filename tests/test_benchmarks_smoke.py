@@ -1,4 +1,5 @@
-"""Every benchmark runs in its --quick mode (numbers are never asserted)."""
+"""Every benchmark runs in its --quick mode (numbers are never asserted), and the
+getting-started TensorFlow example runs."""
 
 import subprocess
 import sys
@@ -48,7 +49,7 @@ def test_sparse_allreduce_quick():
 
 @pytest.mark.horovod
 def test_gossip_quick():
-    out = horovodrun(4, "benchmarks/gossip.py", "--quick", "--methods", "crossover,hierarchical")
+    out = horovodrun(4, "benchmarks/gossip.py", "--quick", "--methods", "hierarchical")
     assert "Crossover-SGD, 2 groups @   64" in out
 
 
@@ -56,3 +57,9 @@ def test_gossip_quick():
 def test_soak_quick():
     out = horovodrun(2, "benchmarks/soak.py", "--quick", "--methods", "exdyna,gssgd")
     assert "exdyna: RSS" in out and "gssgd: RSS" in out
+
+
+@pytest.mark.horovod
+def test_tensorflow_getting_started_example_runs():
+    out = horovodrun(2, "examples/tensorflow_tape.py")
+    assert "density 0.001" in out
