@@ -13,7 +13,6 @@ per step.
 """
 
 import argparse
-import json
 import math
 import time
 
@@ -24,7 +23,8 @@ import horovod.torch as hvd
 
 import horovod_sparse
 import horovod_sparse.torch as hs
-from digits_common import dense_summary, load_split, sparse_summary
+from digits_common import (add_training_arguments, dense_summary, load_split, report,
+                           sparse_summary)
 
 
 def load_data(seed=0):
@@ -127,19 +127,12 @@ def main():
     parser.add_argument("--compression", default="exdyna", help="none, a horovod_sparse "
                         "method (" + ", ".join(horovod_sparse.available()) + ") or a gossip "
                         "optimizer (" + ", ".join(GOSSIP) + ")")
-    parser.add_argument("--density", type=float, default=0.01)
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--json", help="write the summary here (rank 0)")
+    add_training_arguments(parser)
     args = parser.parse_args()
     hvd.init(process_sets="dynamic" if args.compression == "hierarchical" else None)
     summary = train(args.compression, args.density, args.epochs, args.batch_size, args.lr)
     if hvd.rank() == 0:
-        print(json.dumps({k: v for k, v in summary.items() if k != "accuracies"}, indent=1))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(summary, f, indent=1)
+        report(summary, args.json)
 
 
 if __name__ == "__main__":

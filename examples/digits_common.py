@@ -1,5 +1,7 @@
 """What the digits examples share: the bundled data split and the traffic summary."""
 
+import json
+
 import numpy as np
 from sklearn.datasets import load_digits
 
@@ -32,3 +34,20 @@ def dense_summary(n):
     """The same fields for Horovod's dense allreduce: ``n`` floats sent and received."""
     return dict(density=1.0, density_error_mean=0.0, density_error_max=0.0, bytes_per_step=8 * n,
                 buildup_mean=1.0, imbalance_mean=0.0)
+
+
+def add_training_arguments(parser):
+    """The options both digits examples take besides ``--compression``."""
+    parser.add_argument("--density", type=float, default=0.01)
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--json", help="write the summary here (rank 0)")
+
+
+def report(summary, path=None):
+    """Print a run's summary (accuracy per epoch left out) and write it all to ``path``."""
+    print(json.dumps({k: v for k, v in summary.items() if k != "accuracies"}, indent=1))
+    if path:
+        with open(path, "w") as f:
+            json.dump(summary, f, indent=1)

@@ -21,7 +21,6 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # before tensorflow: Keras 2 (tf_keras)
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -33,7 +32,8 @@ hvd_callbacks.K = tf.keras.backend  # Horovod's callbacks: Keras 2's backend, no
 
 import horovod_sparse  # noqa: E402
 import horovod_sparse.tensorflow as hs  # noqa: E402
-from digits_common import dense_summary, load_split, sparse_summary  # noqa: E402
+from digits_common import (add_training_arguments, dense_summary, load_split,  # noqa: E402
+                           report, sparse_summary)
 
 
 def make_model(hidden=256):
@@ -104,19 +104,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compression", default="exdyna", help="none or a horovod_sparse "
                         "method (" + ", ".join(horovod_sparse.available()) + ")")
-    parser.add_argument("--density", type=float, default=0.01)
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--json", help="write the summary here (rank 0)")
+    add_training_arguments(parser)
     args = parser.parse_args()
     hvd.init()
     summary, _ = train(args.compression, args.density, args.epochs, args.batch_size, args.lr)
     if hvd.rank() == 0:
-        print(json.dumps({k: v for k, v in summary.items() if k != "accuracies"}, indent=1))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(summary, f, indent=1)
+        report(summary, args.json)
 
 
 if __name__ == "__main__":
