@@ -25,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 DOCS = os.path.join(ROOT, "docs")
+GOSSIP = ("crossover", "sgp")
 
 
 def trainer(framework):
@@ -77,6 +78,10 @@ def write(results, args, size):
                      f"{100 * r['density_error_mean']:.2f} % / {100 * r['density_error_max']:.2f} % | "
                      f"{r['buildup_mean']:.3f} | {r['imbalance_mean']:.2f} | "
                      f"{r['bytes_per_step']:,.0f} | {r['step_ms']:.1f} |")
+    if any(r["method"] in GOSSIP for r in results):
+        lines += ["", "crossover (Crossover-SGD) and sgp (SGP) are gossip optimizers, not "
+                  "sparsifiers: each rank averages its whole model with its peers (density 1 by "
+                  "construction; accuracy of rank 0's model). See gossip.md."]
     lines += ["", f"![convergence]({name}.png)", ""]
     with open(stem + ".md", "w") as f:
         f.write("\n".join(lines))
@@ -88,14 +93,15 @@ def main():
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--framework", choices=("torch", "tensorflow"), default="torch")
     parser.add_argument("--methods", help="comma-separated; none = dense allreduce (default: "
-                        "every method with torch, none,exdyna with tensorflow)")
+                        "every method and the gossip optimizers crossover and sgp with torch, "
+                        "none,exdyna with tensorflow)")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.epochs = 2
     if args.methods is None:
         args.methods = ("none,exdyna" if args.framework == "tensorflow" else
-                        "none,topk,micro,exdyna,deft,gtopk,randomk,threshold,dgc,cltk,gssgd")
+                        "none,topk,micro,exdyna,deft,gtopk,randomk,threshold,dgc,cltk,gssgd,crossover,sgp")
     hvd, train = trainer(args.framework)
     hvd.init()
     results = [train(m, args.density, epochs=args.epochs, verbose=False)

@@ -46,7 +46,7 @@ def run(method, args, out):
         if "Total img/sec" in line or "breakdown" in line:
             print(f"  {method:>7}: {line.split(':', 1)[-1].strip()}", flush=True)
     with open(out) as f:
-        return json.load(f)
+        return json.load(f)[0]
 
 
 def write(results, args):

@@ -1,34 +1,83 @@
 """Per-worker selection cost of every method next to two references, single process.
 
-For each model size ``n``, density ``d`` and worker count ``P`` this times,
-on the same random heavy-tailed gradient:
+    python benchmarks/selection_cost.py            # n in {1M, 10M, 25.6M}, d in {0.01, 0.001}, P in {4, 8, 16, 64}
 
-* ``topk_n``: ``torch.topk`` over the whole vector (what Top-k does);
-* ``pass_share``: one elementwise pass over the worker's share (``abs`` of
-  ``n/P`` elements), the practical floor;
-* ``topk``: horovod_sparse's Top-k selection (topk + deterministic tie rule);
-* ``micro`` / ``exdyna``: the partition family's selection (one compare pass
-  over ``n/P`` at the ladder's lowest rung, candidate values, ladder counts,
-  final filter) with the ladder placed as in steady state;
-* ``deft``: segment norms over ``n`` plus top-``k_l`` in ``1/P`` of the segments.
+One process plays one worker of ``P``: every method runs its own exchange
+(``GradientExchange`` with ``TorchOps``, the PyTorch adapter's path) on a
+heavy-tailed stream (Student-t, 3 dof, rescaled every step, error feedback
+on), and the time is the method's own selection timer (the work between its
+collectives).  The ``P - 1`` peers are mirror images of this worker
+(:class:`MirroredPeers`): each collective returns what ``P`` workers holding
+this worker's data would return, so thresholds, ladders and partitions
+behave as in a ``P``-worker job while only this worker's work is timed.
+Next to them, from the same run and the same vector:
 
-Prints milliseconds and ratios, and writes ``docs/selection_cost.md`` and
+* ``topk(n)``: ``torch.topk`` of the magnitudes over the whole vector;
+* ``pass(n/P)``: one elementwise pass over the worker's share
+  (``share.abs()``), the practical floor.
+
+Notes on the roles: CLT-k is timed on the step's leader (rank ``t mod P``,
+whom every worker waits for); gTop-k's ``ceil(log2 P)`` merges of ``2k``
+elements are not in its figure (a mirrored partner sends nothing to merge;
+they cost ``O(k log P)``, small next to its top-k over ``n``).
+
+Prints milliseconds and ratios; writes ``docs/selection_cost.md`` and
 ``docs/selection_cost.png``.  ``--quick`` runs one small size (smoke test).
 """
 
 import argparse
 import os
+import platform
 import time
 
 import numpy as np
 import torch
 
-from horovod_sparse.core.methods.deft import deft_budgets
-from horovod_sparse.core.methods.exclusive import ladder_candidates
-from horovod_sparse.core.threshold import AdaptiveControl
+from horovod_sparse.core import GradientExchange, Layout, create
+from horovod_sparse.core.comm import Communicator
 from horovod_sparse.torch.ops import TorchOps
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+METHODS = ("topk", "gtopk", "randomk", "threshold", "dgc", "cltk", "gssgd", "micro", "exdyna", "deft")
+
+
+class MirroredPeers(Communicator):
+    """Rank ``rank`` of ``size`` workers that all hold this process's data.
+
+    allgather: ``size`` copies; allreduce: ``size`` times the vector;
+    broadcast: the vector itself; alltoall: from every peer, the slice this
+    worker addresses to itself.  Metering is the base class's.
+    """
+
+    def __init__(self, rank, size):
+        super().__init__()
+        self.rank, self.size = rank, size
+
+    def _numel(self, x):
+        return x.numel()
+
+    def _itemsize(self, x):
+        return x.element_size()
+
+    def _allgather(self, x, counts):
+        return torch.cat([x] * self.size)
+
+    def _allreduce_sum(self, x):
+        return x * self.size
+
+    def _broadcast(self, x, root):
+        return x.clone()
+
+    def _alltoall(self, x, splits):
+        start = sum(splits[:self.rank])
+        own = x[start:start + splits[self.rank]]
+        return torch.cat([own] * self.size), [len(own)] * self.size
+
+    def _allgather_host(self, array):
+        return np.stack([array] * self.size)
+
+    def _broadcast_host(self, array, root):
+        return array.copy()
 
 
 def best_time(function, repeats):
@@ -40,93 +89,103 @@ def best_time(function, repeats):
     return min(times) * 1e3
 
 
-def measure(n, density, size, repeats):
-    ops = TorchOps()
-    acc = torch.from_numpy(np.random.default_rng(0).standard_t(3, n).astype(np.float32))
+def method_selection_ms(method, base, density, size, warmup, repeats):
+    """Best selection time (ms) of ``method``'s own exchange over ``repeats`` steps
+    after ``warmup`` steps, as one worker of ``size`` mirrored workers."""
+    comm = MirroredPeers(0, size)
+    layout = Layout(("gradient",), ((base.numel(),),), ("torch.float32",))
+    exchange = GradientExchange(create(method, density=density), TorchOps(), comm)
+    times = []
+    for step in range(warmup + repeats):
+        if method == "cltk":
+            comm.rank = step % size  # always the leader
+        exchange.step([base * (1.0 + 0.5 * np.sin(step))], layout)
+        times.append(exchange.metrics.selection_time)
+    return 1e3 * min(times[warmup:])
+
+
+def measure(n, density, size, methods, warmup, repeats):
+    base = torch.from_numpy(np.random.default_rng(0).standard_t(3, n).astype(np.float32))
     k = max(1, int(density * n))
-    share = n // size
-    threshold = float(torch.topk(acc.abs(), k).values.min())
-    control = AdaptiveControl()
-    control.low = 0.8  # steady state on heavy tails (see docs/methods.md)
-    rungs = control.rungs(threshold)
-
-    def partition_selection():
-        candidates, values, ladder = ladder_candidates(ops, acc, rungs, 0, share)
-        chosen = int(np.argmin(np.abs(np.log(np.maximum(ladder * size, 1) / k))))
-        ops.select_abs_ge(candidates, values, rungs[chosen])
-
-    segment = max(1, n // (8 * size))
-    bounds = [(s, min(s + segment, n)) for s in range(0, n, segment)]
-
-    def deft_selection():
-        norms = np.sqrt(ops.segment_sq_norms(acc, bounds))
-        budgets = deft_budgets(norms, [e - s for s, e in bounds], k)
-        for l in range(0, len(bounds), size):
-            ops.topk_abs_indices(acc, int(budgets[l]), *bounds[l])
-
+    share = base[:n // size]
     row = {"n": n, "density": density, "P": size,
-           "topk_n": best_time(lambda: torch.topk(acc.abs(), k), repeats),
-           "pass_share": best_time(lambda: acc[:share].abs(), repeats),
-           "topk": best_time(lambda: ops.topk_abs_indices(acc, k, 0, n), repeats),
-           "micro": best_time(partition_selection, repeats),
-           "deft": best_time(deft_selection, repeats)}
-    row["exdyna"] = row["micro"]  # same selection code; only the partition bounds differ
+           "topk_n": best_time(lambda: torch.topk(base.abs(), k), repeats),
+           "pass_share": best_time(lambda: share.abs(), repeats)}
+    for method in methods:
+        row[method] = method_selection_ms(method, base, density, size, warmup, repeats)
     return row
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one small size, no files written")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sizes", default="1000000,10000000,25600000")
+    parser.add_argument("--densities", default="0.01,0.001")
+    parser.add_argument("--workers", default="4,8,16,64")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--warmup", type=int, default=2, help="steps before timing (thresholds settle)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed steps; the best is reported")
     args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.densities, args.workers, args.warmup, args.repeats = "200000", "0.01", "4", 1, 1
     torch.set_num_threads(1)
-    sizes = [1_000_000] if args.quick else [1_000_000, 10_000_000, 25_600_000]
-    densities = [0.01] if args.quick else [0.01, 0.001]
-    workers = [4] if args.quick else [4, 8, 16, 64]
+    methods = args.methods.split(",")
     rows = []
-    header = (f"{'n':>10} {'d':>6} {'P':>3} {'topk(n)':>9} {'pass(n/P)':>9} {'topk':>8} "
-              f"{'exdyna':>8} {'deft':>8} {'exdyna/pass':>11} {'topk(n)/exdyna':>14}")
-    print(header)
-    for n in sizes:
-        for density in densities:
-            for size in workers:
-                row = measure(n, density, size, 1 if args.quick else args.repeats)
+    print(f"{'n':>10} {'d':>6} {'P':>3} {'topk(n)':>9} {'pass':>7} "
+          + " ".join(f"{m:>9}" for m in methods) + "   exdyna/pass  topk(n)/exdyna")
+    for n in map(int, args.sizes.split(",")):
+        for density in map(float, args.densities.split(",")):
+            for size in map(int, args.workers.split(",")):
+                row = measure(n, density, size, methods, args.warmup, args.repeats)
                 rows.append(row)
-                print(f"{n:>10,} {density:>6} {size:>3} {row['topk_n']:>9.2f} {row['pass_share']:>9.2f} "
-                      f"{row['topk']:>8.2f} {row['exdyna']:>8.2f} {row['deft']:>8.2f} "
-                      f"{row['exdyna'] / row['pass_share']:>11.2f} "
-                      f"{row['topk_n'] / row['exdyna']:>14.1f}", flush=True)
+                ratios = (f"{row['exdyna'] / row['pass_share']:>13.2f} {row['topk_n'] / row['exdyna']:>15.1f}"
+                          if "exdyna" in row else "")
+                print(f"{n:>10,} {density:>6} {size:>3} {row['topk_n']:>9.2f} {row['pass_share']:>7.2f} "
+                      + " ".join(f"{row[m]:>9.2f}" for m in methods) + ratios, flush=True)
     if not args.quick:
-        write_docs(rows)
+        write_docs(rows, methods, args)
 
 
-def write_docs(rows):
-    import platform
-
+def write_docs(rows, methods, args):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     lines = ["# Selection cost per worker", "",
-             f"`python benchmarks/selection_cost.py` on {platform.processor() or platform.machine()}, "
-             f"{os.cpu_count()} cores, one torch thread, {time.strftime('%Y-%m-%d')}. "
-             "Milliseconds, best of 3, on a Student-t (3 dof) float32 gradient.", "",
-             "| n | d | P | torch.topk(n) | one pass n/P | Top-k | MiCRO/ExDyna | DEFT | "
-             "ExDyna / pass | topk(n) / ExDyna |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             f"`python benchmarks/selection_cost.py` ({platform.machine()}, {os.cpu_count()} cores, "
+             f"one torch thread, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}). "
+             f"Milliseconds per step: each method's own selection timer in its exchange, as one "
+             f"worker of P mirrored workers (see the script's docstring), best of {args.repeats} "
+             f"steps after {args.warmup} warm-up steps; the references best of {args.repeats}. "
+             "Student-t (3 dof) float32 gradient stream. `topk(n)`: `torch.topk` over the whole "
+             "vector; `pass`: one `abs` pass over the worker's n/P share.", "",
+             "| n | d | P | topk(n) | pass n/P | " + " | ".join(methods) + " |",
+             "|---:|---:|---:|---:|---:|" + "---:|" * len(methods)]
     for r in rows:
         lines.append(f"| {r['n']:,} | {r['density']} | {r['P']} | {r['topk_n']:.2f} | "
-                     f"{r['pass_share']:.2f} | {r['topk']:.2f} | {r['exdyna']:.2f} | {r['deft']:.2f} | "
-                     f"{r['exdyna'] / r['pass_share']:.2f} | {r['topk_n'] / r['exdyna']:.1f} |")
+                     f"{r['pass_share']:.2f} | " + " | ".join(f"{r[m]:.2f}" for m in methods) + " |")
+    partition = [m for m in ("micro", "exdyna") if m in methods]
+    if partition:
+        lines += ["", "Ratios of the partition methods to the two references:", "",
+                  "| n | d | P | " + " | ".join(f"{m} / pass | topk(n) / {m}" for m in partition) + " |",
+                  "|---:|---:|---:|" + "---:|---:|" * len(partition)]
+        for r in rows:
+            lines.append(f"| {r['n']:,} | {r['density']} | {r['P']} | " + " | ".join(
+                f"{r[m] / r['pass_share']:.2f} | {r['topk_n'] / r[m]:.1f}" for m in partition) + " |")
     with open(os.path.join(DOCS, "selection_cost.md"), "w") as f:
         f.write("\n".join(lines) + "\n\n![selection cost](selection_cost.png)\n")
-    figure, axis = plt.subplots(figsize=(7, 4))
-    for method, style in (("topk_n", "k-"), ("pass_share", "k:"), ("exdyna", "C0o-"), ("deft", "C1s-")):
-        picked = [r for r in rows if r["n"] == 25_600_000 and r["density"] == 0.001]
-        axis.plot([r["P"] for r in picked], [r[method] for r in picked], style, label=method)
-    axis.set(xscale="log", yscale="log", xlabel="workers P", ylabel="ms per worker",
-             title="selection, n = 25.6M, d = 0.001")
-    axis.legend()
+    largest = max(r["n"] for r in rows)
+    picked = [r for r in rows if r["n"] == largest and r["density"] == min(x["density"] for x in rows)]
+    figure, axis = plt.subplots(figsize=(8, 5))
+    for name, style in (("topk_n", "k-"), ("pass_share", "k:")):
+        axis.plot([r["P"] for r in picked], [r[name] for r in picked], style,
+                  label={"topk_n": "torch.topk(n)", "pass_share": "one pass n/P"}[name])
+    for index, method in enumerate(methods):
+        axis.plot([r["P"] for r in picked], [r[method] for r in picked], "o-", color=f"C{index}",
+                  label=method)
+    axis.set(xscale="log", yscale="log", xlabel="workers P", ylabel="ms per worker per step",
+             title=f"selection, n = {largest:,}, d = {picked[0]['density']}")
+    axis.legend(fontsize=8, ncol=2)
     figure.tight_layout()
     figure.savefig(os.path.join(DOCS, "selection_cost.png"), dpi=100)
 

@@ -1,109 +1,260 @@
 """Gradient exchange time of every method against dense allreduce, on real ranks.
 
-    horovodrun -np 4 python benchmarks/sparse_allreduce.py --elements 25600000 --density 0.001
+    horovodrun -np 4 python benchmarks/sparse_allreduce.py
+    mpirun -np 4 python benchmarks/sparse_allreduce.py --communicator mpi
 
-Each rank holds a synthetic heavy-tailed gradient stream (Student-t, 3 dof,
-a per-rank base vector rescaled every step); every method exchanges it
-through the same core path the PyTorch compressor uses (Horovod
-collectives), and dense is ``hvd.allreduce`` of the same tensor.  Reported
-per step (median over the measured steps, after warm-up): selection and
-communication time, total exchange time, bytes sent+received per worker,
-density error, build-up and imbalance.  Rank 0 writes
-``docs/sparse_allreduce.md`` unless ``--quick``.
+Two gradient sources, each rank exchanging its own gradient:
+
+* ``model``: gradients of a real training run, produced live.  A
+  25.5M-parameter MLP (64-4096-4096-2048-10) trains on the rank's shard of
+  the bundled digits data (batch 16, plain SGD) with dense averaged
+  gradients, so every method sees the same real trajectory; each step's
+  local gradient (flattened) also goes through the method's exchange, with
+  its own error feedback.
+* ``synthetic``: a heavy-tailed stream, ``--elements`` long (Student-t,
+  3 dof, a per-rank base vector rescaled every step).
+
+Every method runs the core path its adapter uses (``--communicator
+horovod``: ``TorchOps`` and Horovod collectives, as ``horovod_sparse.torch``;
+``mpi``: ``NumpyOps`` and mpi4py, as the MPI scripts), and dense is the
+framework's allreduce of the same vector.  Reported per step, median over
+the measured steps after warm-up, on rank 0: selection and communication
+time (the method's own timers) and their sum (the exchange time), the whole
+``step`` (also the accumulate and the dense output), bytes sent + received
+per worker, density error, build-up and imbalance.  Writes
+``docs/sparse_allreduce.md`` and ``.png`` unless ``--quick``.
 """
 
 import argparse
 import os
 import platform
+import sys
 import time
 
 import numpy as np
 import torch
-import horovod.torch as hvd
+import torch.nn.functional as F
 
-from horovod_sparse.core import GradientExchange, Layout, create
-from horovod_sparse.torch.comm import HorovodTorchCommunicator
-from horovod_sparse.torch.ops import TorchOps
+from horovod_sparse.core import GradientExchange, Layout, NumpyOps, create
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+METHODS = "topk,gtopk,randomk,threshold,dgc,cltk,gssgd,micro,exdyna,deft"
 
 
-def run_method(method, base, density, steps, warmup):
-    layout = Layout(("gradient",), ((base.numel(),),), ("torch.float32",))
-    exchange = GradientExchange(create(method, density=density), TorchOps(),
-                                HorovodTorchCommunicator())
-    totals = []
-    for step in range(warmup + steps):
-        grad = base * (1.0 + 0.5 * np.sin(step))
+class HorovodBackend:
+    """Horovod collectives on torch tensors (what ``hvd.DistributedOptimizer`` uses)."""
+
+    name = "Horovod (Gloo or MPI, as launched)"
+
+    def __init__(self):
+        import horovod.torch as hvd
+        from horovod_sparse.torch.comm import HorovodTorchCommunicator
+        from horovod_sparse.torch.ops import TorchOps
+        hvd.init()
+        self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()
+        self.exchange = lambda sparsifier: GradientExchange(sparsifier, TorchOps(),
+                                                            HorovodTorchCommunicator())
+
+    def vector(self, tensor):
+        return tensor
+
+    def average(self, vector):
+        return self.hvd.allreduce(vector, op=self.hvd.Average, name="dense")
+
+
+class MpiBackend:
+    """mpi4py collectives on numpy vectors (``mpirun`` scripts)."""
+
+    name = "mpi4py (Open MPI)"
+
+    def __init__(self):
+        from mpi4py import MPI
+        from horovod_sparse.mpi import MpiCommunicator
+        self.mpi, self.world = MPI, MPI.COMM_WORLD
+        self.rank, self.size = self.world.Get_rank(), self.world.Get_size()
+        self.exchange = lambda sparsifier: GradientExchange(sparsifier, NumpyOps(),
+                                                            MpiCommunicator())
+
+    def vector(self, tensor):
+        return tensor.numpy()
+
+    def average(self, vector):
+        total = np.empty_like(vector)
+        self.world.Allreduce(vector, total, op=self.mpi.SUM)
+        return torch.from_numpy(total / self.size)
+
+
+def model_gradients(backend, steps, hidden, dense_times):
+    """Yield this rank's flat gradient at each of ``steps`` steps of dense training;
+    append each step's dense averaging time to ``dense_times``."""
+    from digits_common import load_split
+    torch.manual_seed(0)  # the same initial model on every rank
+    widths = [64, *hidden, 10]
+    layers = []
+    for fan_in, fan_out in zip(widths[:-1], widths[1:]):
+        layers += [torch.nn.Linear(fan_in, fan_out), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers[:-1])
+    x_train, y_train = (torch.from_numpy(a) for a in load_split(0)[:2])
+    x_shard, y_shard = x_train[backend.rank::backend.size], y_train[backend.rank::backend.size]
+    parameters = list(model.parameters())
+    generator = torch.Generator().manual_seed(backend.rank)
+    for _ in range(steps):
+        batch = torch.randint(0, len(y_shard), (16,), generator=generator)
+        model.zero_grad()
+        F.cross_entropy(model(x_shard[batch]), y_shard[batch]).backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in parameters])
+        yield backend.vector(flat)
+        start = time.perf_counter()
+        average = backend.average(backend.vector(flat))
+        dense_times.append(time.perf_counter() - start)
+        with torch.no_grad():
+            offset = 0
+            for p in parameters:
+                p.sub_(0.05 * average[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+
+
+def synthetic_gradients(backend, steps, elements, dense_times):
+    """Yield a rescaled heavy-tailed base vector (per rank) ``steps`` times;
+    time a dense average of each."""
+    base = torch.from_numpy(np.random.default_rng(backend.rank).standard_t(3, elements)
+                            .astype(np.float32))
+    for step in range(steps):
+        grad = backend.vector(base * (1.0 + 0.5 * np.sin(step)))
+        yield grad
+        start = time.perf_counter()
+        backend.average(grad)
+        dense_times.append(time.perf_counter() - start)
+
+
+def run(backend, source, method, args):
+    """One row: ``method`` (or ``dense``) on ``source``'s gradients."""
+    dense_times = []
+    steps = args.warmup + args.steps
+    stream = (model_gradients(backend, steps, args.hidden, dense_times) if source == "model" else
+              synthetic_gradients(backend, steps, args.elements, dense_times))
+    exchange = None
+    step_times = []
+    for grad in stream:
+        if method == "dense":
+            continue
+        if exchange is None:
+            exchange = backend.exchange(create(method, density=args.density))
+            layout = Layout(("gradient",), ((len(grad),),), ("torch.float32",))
         start = time.perf_counter()
         exchange.step([grad], layout)
-        totals.append(time.perf_counter() - start)
-    late = list(exchange.history)[warmup:]
-    return {"method": method, "total_ms": 1e3 * np.median(totals[warmup:]),
-            "selection_ms": 1e3 * np.median([m.selection_time for m in late]),
-            "communication_ms": 1e3 * np.median([m.communication_time for m in late]),
+        step_times.append(time.perf_counter() - start)
+    dense_ms = 1e3 * np.median(dense_times[args.warmup:])
+    if method == "dense":
+        n = len(grad)
+        return {"method": "dense", "n": n, "selection_ms": 0.0, "communication_ms": dense_ms,
+                "exchange_ms": dense_ms, "step_ms": dense_ms, "bytes": 8.0 * n,
+                "density_error": 0.0, "buildup": 1.0, "imbalance": 0.0}
+    late = list(exchange.history)[args.warmup:]
+    selection = 1e3 * np.median([m.selection_time for m in late])
+    communication = 1e3 * np.median([m.communication_time for m in late])
+    return {"method": method, "n": len(grad), "selection_ms": selection,
+            "communication_ms": communication,
+            "exchange_ms": 1e3 * np.median([m.selection_time + m.communication_time for m in late]),
+            "step_ms": 1e3 * np.median(step_times[args.warmup:]),
             "bytes": np.mean([m.bytes_sent + m.bytes_received for m in late]),
             "density_error": np.mean([m.density_error for m in late]),
             "buildup": np.mean([m.buildup for m in late]),
             "imbalance": np.mean([m.imbalance for m in late])}
 
 
-def run_dense(base, steps, warmup):
-    times = []
-    for _ in range(warmup + steps):
-        start = time.perf_counter()
-        hvd.allreduce(base, op=hvd.Average, name="dense")
-        times.append(time.perf_counter() - start)
-    n = base.numel()
-    return {"method": "dense", "total_ms": 1e3 * np.median(times[warmup:]), "selection_ms": 0.0,
-            "communication_ms": 1e3 * np.median(times[warmup:]), "bytes": 8.0 * n,
-            "density_error": 0.0, "buildup": 1.0, "imbalance": 0.0}
+HEADER = (f"{'method':>9} {'exchange':>9} {'select':>8} {'comm':>8} {'step':>8} {'bytes/worker':>13} "
+          f"{'dens.err':>8} {'build-up':>8} {'imbal.':>7} {'dense/x':>8} {'topk/x':>7}")
+
+
+def ratio(rows, name, row):
+    reference = next((r for r in rows if r["method"] == name), None)
+    return reference["exchange_ms"] / row["exchange_ms"] if reference and row["exchange_ms"] else float("nan")
+
+
+def print_row(rows, r):
+    print(f"{r['method']:>9} {r['exchange_ms']:>9.1f} {r['selection_ms']:>8.1f} "
+          f"{r['communication_ms']:>8.1f} {r['step_ms']:>8.1f} {r['bytes']:>13,.0f} "
+          f"{r['density_error']:>8.4f} {r['buildup']:>8.3f} {r['imbalance']:>7.3f} "
+          f"{ratio(rows, 'dense', r):>8.1f} {ratio(rows, 'topk', r):>7.1f}", flush=True)
+
+
+def write_docs(results, args, backend):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    launcher = "horovodrun" if args.communicator == "horovod" else "mpirun"
+    lines = ["# Sparse gradient exchange vs dense allreduce", "",
+             f"`{launcher} -np {backend.size} python benchmarks/sparse_allreduce.py --communicator "
+             f"{args.communicator} --density {args.density}` ({backend.name}, {backend.size} ranks on "
+             f"one {os.cpu_count()}-core {platform.machine()} machine, loopback; "
+             f"{time.strftime('%Y-%m-%d')}). Median per step over {args.steps} steps after "
+             f"{args.warmup} warm-up steps, rank 0. **exchange** = selection + communication (the "
+             "method's own timers; dense: the allreduce); **step** = the whole "
+             "`GradientExchange.step` (also accumulating the residual and writing the dense "
+             "output). Bytes: logical payload sent + received per worker (dense: the vector "
+             "once each way). dense / x and topk / x: exchange-time ratios.", ""]
+    for source, rows in results.items():
+        n = rows[0]["n"]
+        title = (f"Real gradients: digits MLP {'-'.join(map(str, [64, *args.hidden, 10]))}, "
+                 f"n = {n:,}, dense SGD trajectory" if source == "model" else
+                 f"Synthetic heavy-tailed stream, n = {n:,}")
+        lines += [f"## {title}", "",
+                  "| method | exchange ms | selection ms | communication ms | step ms | bytes / worker | "
+                  "density error | build-up | imbalance | dense / x | topk / x |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            lines.append(f"| {r['method']} | {r['exchange_ms']:.1f} | {r['selection_ms']:.1f} | "
+                         f"{r['communication_ms']:.1f} | {r['step_ms']:.1f} | {r['bytes']:,.0f} | "
+                         f"{r['density_error']:.4f} | {r['buildup']:.3f} | {r['imbalance']:.3f} | "
+                         f"{ratio(rows, 'dense', r):.1f}x | {ratio(rows, 'topk', r):.1f}x |")
+        lines.append("")
+    lines += ["![exchange time](sparse_allreduce.png)", ""]
+    with open(os.path.join(ROOT, "docs", "sparse_allreduce.md"), "w") as f:
+        f.write("\n".join(lines))
+    figure, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
+    for axis, (source, rows) in zip(axes[0], results.items()):
+        names = [r["method"] for r in rows]
+        axis.bar(names, [r["selection_ms"] for r in rows], label="selection")
+        axis.bar(names, [r["communication_ms"] for r in rows],
+                 bottom=[r["selection_ms"] for r in rows], label="communication")
+        axis.set(yscale="log", ylabel="ms per step", title=f"{source}, n = {rows[0]['n']:,}")
+        axis.tick_params(axis="x", rotation=60)
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(os.path.join(ROOT, "docs", "sparse_allreduce.png"), dpi=100)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--elements", type=int, default=25_600_000)
+    parser.add_argument("--communicator", choices=("horovod", "mpi"), default="horovod")
+    parser.add_argument("--sources", default="model,synthetic", help="model and/or synthetic")
+    parser.add_argument("--elements", type=int, default=25_600_000, help="synthetic vector length")
+    parser.add_argument("--hidden", default="4096,4096,2048", help="hidden widths of the model")
     parser.add_argument("--density", type=float, default=0.001)
-    parser.add_argument("--methods", default="topk,micro,exdyna,deft")
+    parser.add_argument("--methods", default=METHODS)
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--warmup", type=int, default=4)
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="small sizes, 2 steps, no files")
     args = parser.parse_args()
     if args.quick:
-        args.elements, args.steps, args.warmup = 200_000, 2, 1
-    hvd.init()
+        args.elements, args.hidden, args.steps, args.warmup = 200_000, "256,256", 2, 1
+    args.hidden = [int(h) for h in args.hidden.split(",")]
     torch.set_num_threads(1)
-    rng = np.random.default_rng(hvd.rank())
-    base = torch.from_numpy(rng.standard_t(3, args.elements).astype(np.float32))
-    rows = [run_dense(base, args.steps, args.warmup)]
-    for method in args.methods.split(","):
-        rows.append(run_method(method, base, args.density, args.steps, args.warmup))
-    if hvd.rank() != 0:
-        return
-    dense = rows[0]["total_ms"]
-    print(f"{'method':>8} {'total ms':>9} {'select':>8} {'comm':>8} {'bytes/worker':>13} "
-          f"{'dens.err':>8} {'build-up':>8} {'imbal.':>7} {'dense/x':>8}")
-    for r in rows:
-        print(f"{r['method']:>8} {r['total_ms']:>9.1f} {r['selection_ms']:>8.1f} "
-              f"{r['communication_ms']:>8.1f} {r['bytes']:>13,.0f} {r['density_error']:>8.4f} "
-              f"{r['buildup']:>8.3f} {r['imbalance']:>7.3f} {dense / r['total_ms']:>8.1f}", flush=True)
-    if not args.quick:
-        lines = ["# Sparse gradient exchange vs dense allreduce", "",
-                 f"`horovodrun -np {hvd.size()} python benchmarks/sparse_allreduce.py --elements "
-                 f"{args.elements} --density {args.density}` (Gloo, {hvd.size()} ranks on one "
-                 f"{os.cpu_count()}-core {platform.machine()} machine, loopback; "
-                 f"{time.strftime('%Y-%m-%d')}). Median per step after {args.warmup} warm-up steps. "
-                 "Bytes: logical payload sent + received per worker (dense: the allreduced vector "
-                 "once each way).", "",
-                 "| method | exchange ms | selection ms | communication ms | bytes / worker | "
-                 "density error | build-up | imbalance | dense / method |",
-                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for r in rows:
-            lines.append(f"| {r['method']} | {r['total_ms']:.1f} | {r['selection_ms']:.1f} | "
-                         f"{r['communication_ms']:.1f} | {r['bytes']:,.0f} | {r['density_error']:.4f} | "
-                         f"{r['buildup']:.3f} | {r['imbalance']:.3f} | {dense / r['total_ms']:.1f}x |")
-        with open(os.path.join(ROOT, "docs", "sparse_allreduce.md"), "w") as f:
-            f.write("\n".join(lines) + "\n")
+    backend = HorovodBackend() if args.communicator == "horovod" else MpiBackend()
+    results = {}
+    for source in args.sources.split(","):
+        rows = results[source] = []
+        if backend.rank == 0:
+            print(f"# {source} gradients\n{HEADER}", flush=True)
+        for method in ["dense", *args.methods.split(",")]:
+            rows.append(run(backend, source, method, args))
+            if backend.rank == 0:
+                print_row(rows, rows[-1])
+    if backend.rank == 0 and not args.quick:
+        write_docs(results, args, backend)
 
 
 if __name__ == "__main__":

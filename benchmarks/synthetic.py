@@ -12,11 +12,17 @@ reports the density and bytes per worker per step, and a per-step time
 breakdown, as in the Top-k analysis of Shi et al. (2019): forward+backward,
 selection and communication (the compressor's own timers; for dense, the
 wait in ``synchronize()``), and the rest (optimizer update, copies).
-``--json`` writes everything (rank 0); ``--quick`` runs one short iteration.
+``--compression`` takes a comma-separated list (``none,topk,exdyna``): the
+methods run one after the other in the same job.  ``--json`` writes the
+list of results (rank 0); ``--docs`` writes ``docs/synthetic.md`` and
+``docs/synthetic.png`` (throughput of each method against dense, the step
+breakdown, density and bytes); ``--quick`` runs one short iteration.
 """
 
 import argparse
 import json
+import os
+import platform
 import time
 
 import numpy as np
@@ -27,6 +33,7 @@ import horovod.torch as hvd
 import horovod_sparse
 import horovod_sparse.torch as hs
 
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
 MODELS = {"wide": (4096, [4096, 2048], 1000), "small": (64, [256, 256], 10)}
 
 
@@ -39,13 +46,17 @@ def make_model(name):
     return torch.nn.Sequential(*layers, torch.nn.Linear(width, classes)), features, classes
 
 
-def benchmark(args):
+def benchmark(args, method):
+    if hvd.rank() == 0:
+        print(f"Model: {args.model}, compression: {method}"
+              + ("" if method == "none" else f" (density {args.density})"))
+        print(f"Batch size: {args.batch_size}\nNumber of workers: {hvd.size()}", flush=True)
     torch.manual_seed(0)
     model, features, classes = make_model(args.model)
     named = list(model.named_parameters())
     compression = hvd.Compression.none
-    if args.compression != "none":
-        compression = hs.Compression.create(args.compression, density=args.density,
+    if method != "none":
+        compression = hs.Compression.create(method, density=args.density,
                                             named_parameters=named)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.001),
                                          named_parameters=named, compression=compression)
@@ -84,11 +95,11 @@ def benchmark(args):
     return model, compression, times, np.array(rates)
 
 
-def report(args, model, compression, times, rates):
+def report(args, method, model, compression, times, rates):
     n = sum(p.numel() for p in model.parameters())
     measured = args.iters * args.batches_per_iter
     step_ms = {key: 1000 * float(np.mean(value)) for key, value in times.items()}
-    if args.compression == "none":
+    if method == "none":
         selection_ms, communication_ms = 0.0, step_ms["synchronize"]
         density, bytes_per_step = 1.0, 8.0 * n
     else:
@@ -103,8 +114,8 @@ def report(args, model, compression, times, rates):
                  "other_ms": total_ms - step_ms["forward_backward"] - selection_ms - communication_ms,
                  "step_ms": total_ms}
     size = hvd.size()
-    result = {"model": args.model, "parameters": n, "method": args.compression,
-              "density_target": args.density if args.compression != "none" else 1.0,
+    result = {"model": args.model, "parameters": n, "method": method,
+              "density_target": args.density if method != "none" else 1.0,
               "ranks": size, "batch_size": args.batch_size,
               "img_sec_per_worker": float(rates.mean()), "img_sec_per_worker_ci": float(1.96 * rates.std()),
               "total_img_sec": float(size * rates.mean()), "total_img_sec_ci": float(size * 1.96 * rates.std()),
@@ -113,33 +124,84 @@ def report(args, model, compression, times, rates):
         print(f"Img/sec per worker: {rates.mean():.1f} +-{1.96 * rates.std():.1f}")
         print(f"Total img/sec on {size} worker(s): {size * rates.mean():.1f} "
               f"+-{size * 1.96 * rates.std():.1f}")
-        print(f"Model {args.model}: {n:,} parameters; {args.compression}: density {density:.5f}, "
+        print(f"Model {args.model}: {n:,} parameters; {method}: density {density:.5f}, "
               f"{bytes_per_step:,.0f} bytes/worker/step")
         print("Step breakdown (ms): " + ", ".join(f"{key[:-3]} {value:.1f}"
                                                  for key, value in breakdown.items()), flush=True)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(result, f, indent=1)
     return result
+
+
+def write_docs(results, args):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dense = next((r for r in results if r["method"] == "none"), results[0])["total_img_sec"]
+    size, n = results[0]["ranks"], results[0]["parameters"]
+    lines = ["# Synthetic training throughput on one host", "",
+             f"`horovodrun -np {size} python benchmarks/synthetic.py --model {args.model} "
+             f"--density {args.density} --compression {args.compression} --docs` "
+             f"({platform.machine()}, {os.cpu_count()} cores, {size} ranks on one host, Gloo over "
+             f"loopback, {time.strftime('%Y-%m-%d')}). Horovod's `DistributedOptimizer`, "
+             f"`{args.model}` model ({n:,} parameters), batch {args.batch_size} per rank, "
+             f"{args.iters} iterations of {args.batches_per_iter} batches after {args.warmup} "
+             "warm-up steps. Breakdown per step (ms): forward+backward; selection and "
+             "communication (the compressor's own timers; dense: the wait in `synchronize()`); "
+             "other (accumulate, copies, the optimizer update). The ranks share the machine's "
+             "cores, so forward/backward and every per-element pass cost several times what they "
+             "would with a core (or GPU) per rank.", "",
+             "| method | total img/sec | vs dense | step ms | fwd+bwd | selection | communication "
+             "| other | density | bytes/worker/step |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        lines.append(f"| {'dense' if r['method'] == 'none' else r['method']} | "
+                     f"{r['total_img_sec']:.1f} +-{r['total_img_sec_ci']:.1f} | "
+                     f"{r['total_img_sec'] / dense:.2f}x | {r['step_ms']:.0f} | "
+                     f"{r['forward_backward_ms']:.0f} | {r['selection_ms']:.0f} | "
+                     f"{r['communication_ms']:.0f} | {r['other_ms']:.0f} | {r['density']:.5f} | "
+                     f"{r['bytes_per_step']:,.0f} |")
+    lines += ["", "![throughput](synthetic.png)", ""]
+    with open(os.path.join(DOCS, "synthetic.md"), "w") as f:
+        f.write("\n".join(lines))
+    figure, axis = plt.subplots(figsize=(8, 4))
+    names = ["dense" if r["method"] == "none" else r["method"] for r in results]
+    bottom = np.zeros(len(results))
+    for key, label in (("forward_backward_ms", "forward+backward"), ("selection_ms", "selection"),
+                       ("communication_ms", "communication"), ("other_ms", "other")):
+        values = np.array([r[key] for r in results])
+        axis.bar(names, values, bottom=bottom, label=label)
+        bottom += values
+    axis.set(ylabel="ms per step", title=f"{args.model} model ({n:,} parameters), {size} ranks, "
+             f"density {args.density}")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(os.path.join(DOCS, "synthetic.png"), dpi=100)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(MODELS), default="wide")
-    parser.add_argument("--compression", default="exdyna", help="none (dense allreduce) or "
-                        "a horovod_sparse method: " + ", ".join(horovod_sparse.available()))
+    parser.add_argument("--compression", default="exdyna", help="comma-separated: none (dense "
+                        "allreduce) or horovod_sparse methods: " + ", ".join(horovod_sparse.available()))
     parser.add_argument("--density", type=float, default=0.001)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=3, help="warm-up steps, not measured")
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--batches-per-iter", type=int, default=3)
-    parser.add_argument("--json", help="write the results here (rank 0)")
+    parser.add_argument("--json", help="write the list of results here (rank 0)")
+    parser.add_argument("--docs", action="store_true", help="write docs/synthetic.md and .png")
     parser.add_argument("--quick", action="store_true", help="small model, one short iteration")
     args = parser.parse_args()
     if args.quick:
         args.model, args.warmup, args.iters, args.batches_per_iter = "small", 1, 1, 2
     hvd.init()
-    report(args, *benchmark(args))
+    results = [report(args, method, *benchmark(args, method))
+               for method in args.compression.split(",")]
+    if hvd.rank() == 0 and args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if hvd.rank() == 0 and args.docs:
+        write_docs(results, args)
 
 
 if __name__ == "__main__":

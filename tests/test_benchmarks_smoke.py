@@ -6,13 +6,15 @@ import sys
 
 import pytest
 
-from launch import ROOT, horovodrun
+from launch import ROOT, horovodrun, mpirun
 
 
 def test_selection_cost_quick():
     out = subprocess.run([sys.executable, "benchmarks/selection_cost.py", "--quick"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300, check=True).stdout
-    assert "exdyna/pass" in out and "1,000,000" in out
+    header = out.splitlines()[0].split()
+    assert {"topk", "gtopk", "randomk", "threshold", "dgc", "cltk", "gssgd", "micro", "exdyna",
+            "deft"} <= set(header) and "200,000" in out
 
 
 @pytest.mark.horovod
@@ -25,8 +27,10 @@ def test_convergence_quick(framework):
 
 @pytest.mark.horovod
 def test_synthetic_quick():
-    out = horovodrun(2, "benchmarks/synthetic.py", "--quick", "--compression", "exdyna")
-    assert "Total img/sec on 2 worker(s)" in out and "Step breakdown" in out
+    out = horovodrun(2, "benchmarks/synthetic.py", "--quick", "--compression", "none,exdyna")
+    for method in ("none", "exdyna"):
+        section = out.split(f"compression: {method}")[1]
+        assert "Total img/sec on 2 worker(s)" in section and "Step breakdown" in section
 
 
 def test_rebalance_quick():
@@ -44,7 +48,17 @@ def test_threshold_control_quick():
 @pytest.mark.horovod
 def test_sparse_allreduce_quick():
     out = horovodrun(2, "benchmarks/sparse_allreduce.py", "--quick")
-    assert "exdyna" in out and "dense" in out
+    model, synthetic = out.split("# synthetic gradients")
+    for method in ("dense", "topk", "gtopk", "randomk", "threshold", "dgc", "cltk", "gssgd",
+                   "micro", "exdyna", "deft"):
+        assert f"{method} " in model and f"{method} " in synthetic
+
+
+@pytest.mark.horovod
+def test_sparse_allreduce_quick_mpi4py():
+    out = mpirun(2, "benchmarks/sparse_allreduce.py", "--quick", "--communicator", "mpi",
+                 "--sources", "synthetic", "--methods", "exdyna")
+    assert "# synthetic gradients" in out and "exdyna " in out
 
 
 @pytest.mark.horovod

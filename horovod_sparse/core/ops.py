@@ -21,6 +21,27 @@ Conventions shared by every implementation:
 
 import numpy as np
 
+SCAN_CHUNK = 1 << 16  # elements per step of :func:`scan_abs_ge`: magnitudes and mask stay in L2
+
+
+def scan_abs_ge(x, threshold, start, stop, chunk=SCAN_CHUNK):
+    """Indices ``i`` in ``[start, stop)`` with ``|x[i]| >= threshold`` for a numpy vector.
+
+    One streaming pass: each chunk's magnitudes and mask go through two small
+    reusable buffers, so the pass reads ``x`` once and allocates only the
+    result (``np.abs(x) >= t`` over a whole partition writes and re-reads two
+    partition-sized temporaries, about 2x slower)."""
+    threshold = x.dtype.type(threshold)
+    width = min(chunk, max(stop - start, 0))
+    magnitude, mask = np.empty(width, dtype=x.dtype), np.empty(width, dtype=bool)
+    found = []
+    for first in range(start, stop, chunk):
+        size = min(chunk, stop - first)
+        np.abs(x[first:first + size], out=magnitude[:size])
+        np.greater_equal(magnitude[:size], threshold, out=mask[:size])
+        found.append(np.flatnonzero(mask[:size]) + first)
+    return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
 
 class ArrayOps:
     """Interface; see :class:`NumpyOps` for the reference semantics."""
@@ -172,7 +193,7 @@ class NumpyOps(ArrayOps):
         return bool(np.isfinite(x).all())
 
     def abs_ge_indices(self, x, threshold, start, stop):
-        return np.flatnonzero(np.abs(x[start:stop]) >= x.dtype.type(threshold)) + start
+        return scan_abs_ge(x, threshold, start, stop)
 
     def topk_abs_indices(self, x, k, start, stop):
         magnitude = np.abs(x[start:stop])

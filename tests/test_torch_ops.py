@@ -1,0 +1,78 @@
+"""TorchOps against NumpyOps (the reference semantics) on random CPU tensors, one process.
+
+The Horovod tests check whole exchanges under ``horovodrun``; these pin the
+per-element operations themselves, including the CPU scan's numpy fast path
+(chunk boundaries, values exactly at the threshold, float16) and the torch
+path it falls back to for bfloat16.
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from horovod_sparse.core.ops import SCAN_CHUNK, NumpyOps  # noqa: E402
+from horovod_sparse.torch.ops import TorchOps  # noqa: E402
+
+NUMPY, TORCH = NumpyOps(), TorchOps()
+
+
+def heavy_tailed(n, seed, dtype=np.float32):
+    values = np.random.default_rng(seed).standard_t(3, n).astype(dtype)
+    values[::97] = values[5]  # many ties, some exactly at any threshold taken from the data
+    return values
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("start,stop", [(0, 3 * SCAN_CHUNK + 17), (SCAN_CHUNK - 5, 2 * SCAN_CHUNK + 3),
+                                        (10, 10), (7, 300)])
+def test_abs_ge_indices_matches_numpy(dtype, start, stop):
+    x = heavy_tailed(3 * SCAN_CHUNK + 40, seed=start + stop, dtype=dtype)
+    threshold = float(abs(x[5]))
+    expected = np.flatnonzero(np.abs(x[start:stop]) >= x.dtype.type(threshold)) + start
+    assert np.array_equal(NUMPY.abs_ge_indices(x, threshold, start, stop), expected)
+    found = TORCH.abs_ge_indices(torch.from_numpy(x), threshold, start, stop)
+    assert found.dtype == torch.int64
+    assert np.array_equal(found.numpy(), expected)
+
+
+def test_abs_ge_indices_bfloat16_uses_torch_scan():
+    x = torch.from_numpy(heavy_tailed(TorchOps.chunk + 100, seed=3)).to(torch.bfloat16)
+    threshold = float(x[5].abs())
+    expected = torch.nonzero(x.abs() >= threshold).squeeze(1)
+    assert torch.equal(TORCH.abs_ge_indices(x, threshold, 3, len(x)), expected[expected >= 3])
+
+
+@pytest.mark.parametrize("k", [0, 1, 50, 999, 5000])
+def test_topk_ties_and_counts_match_numpy(k):
+    x = heavy_tailed(5000, seed=k)
+    tensor = torch.from_numpy(x)
+    assert np.array_equal(TORCH.topk_abs_indices(tensor, k, 100, 4000).numpy(),
+                          NUMPY.topk_abs_indices(x, k, 100, 4000))
+    rungs = np.sort(np.abs(x[:40])).astype(np.float64)
+    assert np.array_equal(TORCH.count_abs_ge_each(tensor, rungs), NUMPY.count_abs_ge_each(x, rungs))
+
+
+def test_merge_sum_hashes_and_norms_match_numpy():
+    rng = np.random.default_rng(1)
+    a, b = np.unique(rng.integers(0, 1000, 300)), np.unique(rng.integers(0, 1000, 300))
+    va, vb = rng.standard_normal(a.size).astype(np.float32), rng.standard_normal(b.size).astype(np.float32)
+    merged, sums = TORCH.merge_sum(*map(torch.from_numpy, (a, va, b, vb)))
+    expected_merged, expected_sums = NUMPY.merge_sum(a, va, b, vb)
+    assert np.array_equal(merged.numpy(), expected_merged)
+    assert np.array_equal(sums.numpy(), expected_sums)
+    like = torch.zeros(1)
+    assert np.array_equal(TORCH.hash_range(10, 5000, 12345, 678, 97, like).numpy(),
+                          NUMPY.hash_range(10, 5000, 12345, 678, 97, np.zeros(1, np.float32)))
+    x = heavy_tailed(10_000, seed=2)
+    bounds = [(0, 10), (10, 4000), (4000, 10_000)]
+    assert np.allclose(TORCH.segment_sq_norms(torch.from_numpy(x), bounds),
+                       NUMPY.segment_sq_norms(x, bounds), rtol=1e-12)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 6])
+def test_median_rows_matches_numpy(count):
+    rows = [heavy_tailed(1000, seed=10 + r) for r in range(count)]
+    rows[0][:50] = rows[-1][:50]  # ties across rows
+    assert np.array_equal(TORCH.median_rows([torch.from_numpy(r) for r in rows]).numpy(),
+                          NUMPY.median_rows(rows))
