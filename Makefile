@@ -22,10 +22,12 @@ bench: install
 	$(PY) benchmarks/selection_cost.py
 	$(PY) benchmarks/rebalance.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/sparse_allreduce.py
-	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py
+	mpirun --allow-run-as-root --oversubscribe -np 4 $(PY) benchmarks/sparse_allreduce.py --communicator mpi
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.01
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.001
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --framework tensorflow
-	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/synthetic.py --compression none
-	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/synthetic.py --compression exdyna
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/synthetic.py --docs \
+		--compression none,topk,gtopk,randomk,threshold,dgc,cltk,gssgd,micro,exdyna,deft
 	$(PY) benchmarks/multihost.py --rates 1gbit,10gbit
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/threshold_control.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/gossip.py

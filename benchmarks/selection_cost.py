@@ -4,8 +4,8 @@
 
 One process plays one worker of ``P``: every method runs its own exchange
 (``GradientExchange`` with ``TorchOps``, the PyTorch adapter's path) on a
-heavy-tailed stream (Student-t, 3 dof, rescaled every step, error feedback
-on), and the time is the method's own selection timer (the work between its
+heavy-tailed stream (Student-t, 3 dof, its scale drifting by up to 20 % as
+training gradients do, error feedback on), and the time is the method's own selection timer (the work between its
 collectives).  The ``P - 1`` peers are mirror images of this worker
 (:class:`MirroredPeers`): each collective returns what ``P`` workers holding
 this worker's data would return, so thresholds, ladders and partitions
@@ -99,7 +99,7 @@ def method_selection_ms(method, base, density, size, warmup, repeats):
     for step in range(warmup + repeats):
         if method == "cltk":
             comm.rank = step % size  # always the leader
-        exchange.step([base * (1.0 + 0.5 * np.sin(step))], layout)
+        exchange.step([base * (1.0 + 0.2 * np.sin(step / 3))], layout)
         times.append(exchange.metrics.selection_time)
     return 1e3 * min(times[warmup:])
 

@@ -22,7 +22,8 @@ the measured steps after warm-up, on rank 0: selection and communication
 time (the method's own timers) and their sum (the exchange time), the whole
 ``step`` (also the accumulate and the dense output), bytes sent + received
 per worker, density error, build-up and imbalance.  Writes
-``docs/sparse_allreduce.md`` and ``.png`` unless ``--quick``.
+``docs/sparse_allreduce.md`` and ``.png`` (``sparse_allreduce_mpi.*`` with
+``--communicator mpi``) unless ``--quick``.
 """
 
 import argparse
@@ -211,8 +212,9 @@ def write_docs(results, args, backend):
                          f"{r['density_error']:.4f} | {r['buildup']:.3f} | {r['imbalance']:.3f} | "
                          f"{ratio(rows, 'dense', r):.1f}x | {ratio(rows, 'topk', r):.1f}x |")
         lines.append("")
-    lines += ["![exchange time](sparse_allreduce.png)", ""]
-    with open(os.path.join(ROOT, "docs", "sparse_allreduce.md"), "w") as f:
+    stem = "sparse_allreduce" if args.communicator == "horovod" else "sparse_allreduce_mpi"
+    lines += [f"![exchange time]({stem}.png)", ""]
+    with open(os.path.join(ROOT, "docs", stem + ".md"), "w") as f:
         f.write("\n".join(lines))
     figure, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
     for axis, (source, rows) in zip(axes[0], results.items()):
@@ -224,7 +226,7 @@ def write_docs(results, args, backend):
         axis.tick_params(axis="x", rotation=60)
         axis.legend()
     figure.tight_layout()
-    figure.savefig(os.path.join(ROOT, "docs", "sparse_allreduce.png"), dpi=100)
+    figure.savefig(os.path.join(ROOT, "docs", stem + ".png"), dpi=100)
 
 
 def main():

@@ -36,11 +36,14 @@ def test_abs_ge_indices_matches_numpy(dtype, start, stop):
     assert np.array_equal(found.numpy(), expected)
 
 
-def test_abs_ge_indices_bfloat16_uses_torch_scan():
+def test_bfloat16_uses_the_torch_scan_and_counts():
     x = torch.from_numpy(heavy_tailed(TorchOps.chunk + 100, seed=3)).to(torch.bfloat16)
     threshold = float(x[5].abs())
     expected = torch.nonzero(x.abs() >= threshold).squeeze(1)
     assert torch.equal(TORCH.abs_ge_indices(x, threshold, 3, len(x)), expected[expected >= 3])
+    rungs = np.sort(x[:40].abs().float().numpy()).astype(np.float64)
+    expected_counts = [int((x.abs() >= torch.tensor(r, dtype=torch.bfloat16)).sum()) for r in rungs]
+    assert TORCH.count_abs_ge_each(x, rungs).tolist() == expected_counts
 
 
 @pytest.mark.parametrize("k", [0, 1, 50, 999, 5000])
