@@ -26,7 +26,7 @@ bench: install
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.01
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.001
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --framework tensorflow
-	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/synthetic.py --docs \
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/synthetic.py --docs --iters 3 \
 		--compression none,topk,gtopk,randomk,threshold,dgc,cltk,gssgd,micro,exdyna,deft
 	$(PY) benchmarks/multihost.py --rates 1gbit,10gbit
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/threshold_control.py

@@ -16,7 +16,9 @@ Next to them, from the same run and the same vector:
 * ``pass(n/P)``: one elementwise pass over the worker's share
   (``share.abs()``), the practical floor.
 
-Notes on the roles: CLT-k is timed on the step's leader (rank ``t mod P``,
+Notes on the roles: hard threshold gets the threshold that selects ``k`` of
+the stream's base vector (its default ``1/(2 sqrt(k))`` is not tied to the
+gradient's scale and would select most of it); CLT-k is timed on the step's leader (rank ``t mod P``,
 whom every worker waits for); gTop-k's ``ceil(log2 P)`` merges of ``2k``
 elements are not in its figure (a mirrored partner sends nothing to merge;
 they cost ``O(k log P)``, small next to its top-k over ``n``).
@@ -94,7 +96,11 @@ def method_selection_ms(method, base, density, size, warmup, repeats):
     after ``warmup`` steps, as one worker of ``size`` mirrored workers."""
     comm = MirroredPeers(0, size)
     layout = Layout(("gradient",), ((base.numel(),),), ("torch.float32",))
-    exchange = GradientExchange(create(method, density=density), TorchOps(), comm)
+    options = {}
+    if method == "threshold":  # its default 1/(2 sqrt(k)) would select most of this stream
+        k = max(1, int(density * base.numel()))
+        options["threshold"] = float(torch.topk(base.abs(), k).values[-1])
+    exchange = GradientExchange(create(method, density=density, **options), TorchOps(), comm)
     times = []
     for step in range(warmup + repeats):
         if method == "cltk":

@@ -46,14 +46,15 @@ METHODS = "topk,gtopk,randomk,threshold,dgc,cltk,gssgd,micro,exdyna,deft"
 class HorovodBackend:
     """Horovod collectives on torch tensors (what ``hvd.DistributedOptimizer`` uses)."""
 
-    name = "Horovod (Gloo or MPI, as launched)"
-
     def __init__(self):
         import horovod.torch as hvd
         from horovod_sparse.torch.comm import HorovodTorchCommunicator
         from horovod_sparse.torch.ops import TorchOps
         hvd.init()
         self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()
+        # horovodrun --gloo sets the rendezvous address; mpirun does not
+        controller = "Gloo" if os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR") else "MPI"
+        self.name = f"Horovod, {controller} controller"
         self.exchange = lambda sparsifier: GradientExchange(sparsifier, TorchOps(),
                                                             HorovodTorchCommunicator())
 

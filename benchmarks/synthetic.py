@@ -140,7 +140,7 @@ def write_docs(results, args):
     size, n = results[0]["ranks"], results[0]["parameters"]
     lines = ["# Synthetic training throughput on one host", "",
              f"`horovodrun -np {size} python benchmarks/synthetic.py --model {args.model} "
-             f"--density {args.density} --compression {args.compression} --docs` "
+             f"--density {args.density} --iters {args.iters} --compression {args.compression} --docs` "
              f"({platform.machine()}, {os.cpu_count()} cores, {size} ranks on one host, Gloo over "
              f"loopback, {time.strftime('%Y-%m-%d')}). Horovod's `DistributedOptimizer`, "
              f"`{args.model}` model ({n:,} parameters), batch {args.batch_size} per rank, "
@@ -171,8 +171,16 @@ def write_docs(results, args):
         values = np.array([r[key] for r in results])
         axis.bar(names, values, bottom=bottom, label=label)
         bottom += values
+    top = 2.5 * float(np.median(bottom))
+    if bottom.max() > top:  # outliers would flatten the rest: clip them, print their totals
+        axis.set_ylim(0, top)
+        for x, total in enumerate(bottom):
+            if total > top:
+                axis.text(x, 0.97 * top, f"{total:,.0f} ms", ha="center", va="top", fontsize=8,
+                          rotation=90, color="white")
     axis.set(ylabel="ms per step", title=f"{args.model} model ({n:,} parameters), {size} ranks, "
              f"density {args.density}")
+    axis.tick_params(axis="x", rotation=45)
     axis.legend()
     figure.tight_layout()
     figure.savefig(os.path.join(DOCS, "synthetic.png"), dpi=100)

@@ -201,9 +201,12 @@ class NumpyOps(ArrayOps):
             return np.arange(start, stop, dtype=np.int64)
         if k <= 0:
             return np.empty(0, dtype=np.int64)
-        # Stable sort on -|x| keeps the lower index first among equal magnitudes.
-        order = np.argsort(-magnitude, kind="stable")[:k]
-        return np.sort(order).astype(np.int64) + start
+        # The k-th largest magnitude by selection (O(n), not a sort); everything
+        # above it, then the lowest indices among the ties at it.
+        kth = np.partition(magnitude, magnitude.size - k)[magnitude.size - k]
+        above = np.flatnonzero(magnitude > kth)
+        tied = np.flatnonzero(magnitude == kth)[:k - above.size]
+        return np.sort(np.concatenate([above, tied])).astype(np.int64) + start
 
     def take(self, x, indices):
         return x[indices]
