@@ -188,10 +188,12 @@ def write_docs(results, args, backend):
     import matplotlib.pyplot as plt
 
     launcher = "horovodrun" if args.communicator == "horovod" else "mpirun"
+    methods = "" if args.methods == METHODS else f" --methods {args.methods}"
     lines = ["# Sparse gradient exchange vs dense allreduce", "",
              f"`{launcher} -np {backend.size} python benchmarks/sparse_allreduce.py --communicator "
-             f"{args.communicator} --density {args.density}` ({backend.name}, {backend.size} ranks on "
-             f"one {os.cpu_count()}-core {platform.machine()} machine, loopback; "
+             f"{args.communicator} --density {args.density}{methods} --steps {args.steps} --warmup "
+             f"{args.warmup}` ({backend.name}, {backend.size} ranks on one {os.cpu_count()}-core "
+             f"{platform.machine()} machine; "
              f"{time.strftime('%Y-%m-%d')}). Median per step over {args.steps} steps after "
              f"{args.warmup} warm-up steps, rank 0. **exchange** = selection + communication (the "
              "method's own timers; dense: the allreduce); **step** = the whole "
