@@ -25,7 +25,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 DOCS = os.path.join(ROOT, "docs")
-GOSSIP = ("crossover", "sgp")
 
 
 def trainer(framework):
@@ -39,6 +38,7 @@ def trainer(framework):
 
 
 def write(results, args, size):
+    from digits_common import GOSSIP
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

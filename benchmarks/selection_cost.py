@@ -35,12 +35,11 @@ import time
 import numpy as np
 import torch
 
-from horovod_sparse.core import GradientExchange, Layout, create
+from horovod_sparse.core import GradientExchange, Layout, available, create
 from horovod_sparse.core.comm import Communicator
 from horovod_sparse.torch.ops import TorchOps
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
-METHODS = ("topk", "gtopk", "randomk", "threshold", "dgc", "cltk", "gssgd", "micro", "exdyna", "deft")
 
 
 class MirroredPeers(Communicator):
@@ -128,7 +127,7 @@ def main():
     parser.add_argument("--sizes", default="1000000,10000000,25600000")
     parser.add_argument("--densities", default="0.01,0.001")
     parser.add_argument("--workers", default="4,8,16,64")
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--methods", default=",".join(available()))
     parser.add_argument("--warmup", type=int, default=2, help="steps before timing (thresholds settle)")
     parser.add_argument("--repeats", type=int, default=3, help="timed steps; the best is reported")
     args = parser.parse_args()

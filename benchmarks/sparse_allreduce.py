@@ -36,11 +36,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from horovod_sparse.core import GradientExchange, Layout, NumpyOps, create
+from horovod_sparse.core import GradientExchange, Layout, NumpyOps, available, create
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-METHODS = "topk,gtopk,randomk,threshold,dgc,cltk,gssgd,micro,exdyna,deft"
+METHODS = ",".join(available())
 
 
 class HorovodBackend:

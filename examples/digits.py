@@ -23,7 +23,7 @@ import horovod.torch as hvd
 
 import horovod_sparse
 import horovod_sparse.torch as hs
-from digits_common import (add_training_arguments, dense_summary, load_split, report,
+from digits_common import (GOSSIP, add_training_arguments, dense_summary, load_split, report,
                            sparse_summary)
 
 
@@ -36,9 +36,6 @@ def make_model(hidden=256):
     return torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
                                torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
                                torch.nn.Linear(hidden, 10))
-
-
-GOSSIP = ("crossover", "hierarchical", "sgp")
 
 
 def make_optimizer(method, model, density, lr, **options):

@@ -5,6 +5,10 @@ import json
 import numpy as np
 from sklearn.datasets import load_digits
 
+# Gossip optimizers examples/digits.py trains besides the compressors
+# (``hierarchical`` = Crossover-SGD in 2 groups): whole models, no density.
+GOSSIP = ("crossover", "hierarchical", "sgp")
+
 
 def load_split(seed=0):
     """scikit-learn's bundled 8x8 digits (1,797 images, no download), scaled to
