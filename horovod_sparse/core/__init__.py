@@ -9,7 +9,7 @@
 """
 
 from .comm import Communicator, SimulatedCommunicator, run_simulated
-from .errors import (HorovodSparseError, ModelMismatchError, NonFiniteGradientError,
+from .errors import (ConfigurationMismatchError, HorovodSparseError, ModelMismatchError, NonFiniteGradientError,
                      ParameterDivergenceError)
 from .exchange import GradientExchange
 from .layout import Layout
@@ -17,6 +17,6 @@ from .metrics import StepMetrics, summarize
 from .ops import ArrayOps, NumpyOps
 from .registry import available, create
 
-__all__ = ["ArrayOps", "Communicator", "GradientExchange", "HorovodSparseError", "Layout",
+__all__ = ["ArrayOps", "Communicator", "ConfigurationMismatchError", "GradientExchange", "HorovodSparseError", "Layout",
            "ModelMismatchError", "NonFiniteGradientError", "NumpyOps", "ParameterDivergenceError", "SimulatedCommunicator",
            "StepMetrics", "available", "create", "run_simulated", "summarize"]

@@ -19,10 +19,12 @@ Implementations: :class:`SimulatedCommunicator`
 Every call is metered in logical payload: an allgather sends the rank's own
 elements and receives everybody else's; an allreduce sends and receives the
 vector once; a broadcast sends from the root and receives elsewhere.  (The
-wire traffic of a ring allreduce is ``2(P-1)/P`` times that.)
+wire traffic of a ring allreduce is ``2(P-1)/P`` times that.)  Every call is
+also timed: ``traffic.seconds`` is the wall-clock time spent in collectives.
 """
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +38,7 @@ class Traffic:
     elements_received: dict = field(default_factory=dict)
     bytes_sent: dict = field(default_factory=dict)
     bytes_received: dict = field(default_factory=dict)
+    seconds: float = 0.0
 
     def record(self, kind, sent, received, itemsize):
         for table, value in ((self.elements_sent, sent), (self.elements_received, received),
@@ -44,8 +47,10 @@ class Traffic:
             table[kind] = table.get(kind, 0) + int(value)
 
     def totals(self):
-        return {name: sum(getattr(self, name).values())
-                for name in ("elements_sent", "elements_received", "bytes_sent", "bytes_received")}
+        totals = {name: sum(getattr(self, name).values())
+                  for name in ("elements_sent", "elements_received", "bytes_sent", "bytes_received")}
+        totals["seconds"] = self.seconds
+        return totals
 
 
 class Communicator:
@@ -69,26 +74,26 @@ class Communicator:
                              f"{self._numel(x)} elements")
         self.traffic.record("allgather", counts[self.rank], sum(counts) - counts[self.rank],
                             self._itemsize(x))
-        return self._allgather(x, counts)
+        return self._timed(self._allgather, x, counts)
 
     def allreduce_sum(self, x):
         n = self._numel(x)
         self.traffic.record("allreduce", n, n, self._itemsize(x))
-        return self._allreduce_sum(x)
+        return self._timed(self._allreduce_sum, x)
 
     def broadcast(self, x, root):
         n = self._numel(x)
         is_root = self.rank == root
         self.traffic.record("broadcast", n if is_root else 0, 0 if is_root else n,
                             self._itemsize(x))
-        return self._broadcast(x, root)
+        return self._timed(self._broadcast, x, root)
 
     def alltoall(self, x, splits):
         splits = [int(s) for s in splits]
         if len(splits) != self.size or sum(splits) != self._numel(x):
             raise ValueError(f"alltoall splits {splits} do not cover rank {self.rank}'s "
                              f"{self._numel(x)} elements")
-        received, received_splits = self._alltoall(x, splits)
+        received, received_splits = self._timed(self._alltoall, x, splits)
         received_splits = [int(s) for s in received_splits]
         own = splits[self.rank]
         self.traffic.record("alltoall", sum(splits) - own, sum(received_splits) - own,
@@ -99,14 +104,21 @@ class Communicator:
         array = np.ascontiguousarray(array)
         self.traffic.record("allgather", array.size, array.size * (self.size - 1),
                             array.itemsize)
-        return self._allgather_host(array)
+        return self._timed(self._allgather_host, array)
 
     def broadcast_host(self, array, root):
         array = np.ascontiguousarray(array)
         is_root = self.rank == root
         self.traffic.record("broadcast", array.size if is_root else 0,
                             0 if is_root else array.size, array.itemsize)
-        return self._broadcast_host(array, root)
+        return self._timed(self._broadcast_host, array, root)
+
+    def _timed(self, collective, *args):
+        start = time.perf_counter()
+        try:
+            return collective(*args)
+        finally:
+            self.traffic.seconds += time.perf_counter() - start
 
     # -- implementation hooks -------------------------------------------------
     def _numel(self, x):

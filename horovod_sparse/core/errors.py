@@ -9,6 +9,17 @@ class ModelMismatchError(HorovodSparseError):
     """Ranks hold different models (parameter names, shapes or dtypes differ)."""
 
 
+class ConfigurationMismatchError(HorovodSparseError):
+    """Ranks run different methods, hyper-parameters, densities, non-finite
+    policies or reductions."""
+
+    def __init__(self, rank, configuration, ranks):
+        self.rank, self.configuration, self.ranks = rank, configuration, list(ranks)
+        super().__init__(f"rank {rank}'s compression ({configuration}) differs from rank(s) "
+                         f"{self.ranks}: every rank must create the same compressor (method, "
+                         "density, hyper-parameters, nonfinite) and use the same Horovod op")
+
+
 class NonFiniteGradientError(HorovodSparseError, FloatingPointError):
     """A gradient holds NaN or Inf on at least one rank."""
 

@@ -3,30 +3,36 @@
 A :class:`GradientExchange` is the state object of one model's sparse
 gradient exchange (in the spirit of PyTorch's PowerSGD hook state): the
 framework adapters hand it the step's flat gradients, it returns the averaged
-sparse aggregate, identical on every rank::
+(or, with ``reduction="sum"``, summed) sparse aggregate, identical on every
+rank::
 
     acc     = grads + residual                       (error feedback)
     agg     = sparsifier.exchange(acc)               (select + collectives)
     residual = acc with the communicated coordinates zeroed
 
-Before any payload is exchanged the ranks swap a small header
-``[layout fingerprint, non-finite flag, count, extras...]``; every rank sees
-the whole table, so a model mismatch or a NaN/Inf gradient raises the same
-error on all ranks (or, with ``nonfinite="skip"``, all ranks return a zero
-gradient and keep their residuals) instead of hanging or corrupting state.
+The protocol's one rule: before any payload the ranks swap a small header
+``[layout fingerprint, configuration fingerprint, non-finite flag, fields...]``.
+Every rank sees the whole table, so a model or configuration mismatch or a
+NaN/Inf gradient raises the same error on all ranks instead of hanging or
+corrupting state.  :class:`StepContext` enforces the rule: it is the
+sparsifier's only way to the ranks, and a payload collective asked for before
+the header raises.
 """
 
 import collections
+import hashlib
 import math
 import time
 
 import numpy as np
 
-from .errors import ModelMismatchError, NonFiniteGradientError
+from .errors import ConfigurationMismatchError, ModelMismatchError, NonFiniteGradientError
 from .feedback import ErrorFeedback
 from .metrics import StepMetrics
 
-NONFINITE_POLICIES = ("raise", "skip")
+NONFINITE_POLICIES = ("raise", "skip", "propagate")
+REDUCTIONS = ("average", "sum")
+INT32_POSITIONS = 2 ** 31  # flat models up to this many elements send int32 indices
 
 
 def wire_dtype(layout):
@@ -37,25 +43,40 @@ def wire_dtype(layout):
     return "float16" if names == {"float16"} else "float32"
 
 
-class StepContext:
-    """What a sparsifier needs during one exchange: ops, communicator, layout, step."""
+def fingerprint(text):
+    """A 63-bit digest of ``text`` (non-negative, fits the int64 header)."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
-    def __init__(self, ops, comm, layout, step, finite, aggregate, feedback):
-        self.ops, self.comm, self.layout, self.step = ops, comm, layout, step
+
+class StepContext:
+    """One step of one sparsifier: ops, layout, step number, and the ranks.
+
+    The context is the sparsifier's only way to the other ranks.  Its first
+    collective must be :meth:`exchange_header`; every other collective asked
+    for before it raises ``RuntimeError``.  Collectives are timed and metered
+    by the communicator; the ``*_values`` and ``*_indices`` forms apply the
+    wire formats (values in :attr:`wire_dtype`, indices as int32 unless the
+    model has more than ``2**31`` elements).
+    """
+
+    def __init__(self, ops, comm, layout, step, configuration, finite, aggregate, feedback,
+                 reduction="average"):
+        self.ops, self.layout, self.step = ops, layout, step
         self.wire_dtype = wire_dtype(layout)
-        self.finite = finite
+        self.configuration, self.finite, self.reduction = configuration, finite, reduction
+        self._comm = comm
         self._aggregate = aggregate
         self._feedback = feedback
+        self._header_exchanged = False
         self.selection_time = 0.0
-        self.communication_time = 0.0
 
     @property
     def rank(self):
-        return self.comm.rank
+        return self._comm.rank
 
     @property
     def size(self):
-        return self.comm.size
+        return self._comm.size
 
     def new_aggregate(self):
         """This step's dense output buffer, zeroed."""
@@ -68,51 +89,111 @@ class StepContext:
         keep the rounding error there instead."""
         self._feedback.clear(indices, self.wire_dtype)
 
-    def to_wire(self, values):
-        """Gradient values as they travel: in :attr:`wire_dtype`."""
-        return values if self.wire_dtype == "float32" else self.ops.to_wire(values, self.wire_dtype)
-
-    def from_wire(self, values):
-        return values if self.wire_dtype == "float32" else self.ops.from_wire(values)
+    def reduced(self, summed):
+        """The ranks' ``summed`` values as the step's reduction: divided by ``P``
+        (``"average"``, Horovod's default) or as they are (``"sum"``, ``op=hvd.Sum``)."""
+        return self.ops.divide(summed, self.size) if self.reduction == "average" else summed
 
     def timed_selection(self):
-        return _Stopwatch(self, "selection_time")
+        return _Stopwatch(self)
 
-    def timed_communication(self):
-        return _Stopwatch(self, "communication_time")
-
-    def exchange_header(self, count, *extras):
-        """Allgather ``[fingerprint, non-finite, count, *extras]``; check it on every rank.
-
-        Returns an int64 array of shape ``(P, 1 + len(extras))``: every rank's
-        count and extras.
-        """
-        fingerprint = self.layout.fingerprint
-        header = np.array([fingerprint, 0 if self.finite else 1, count, *extras], dtype=np.int64)
-        with self.timed_communication():
-            table = self.comm.allgather_host(header)
-        differing = np.flatnonzero(table[:, 0] != fingerprint)
+    # -- the header ---------------------------------------------------------------
+    def exchange_header(self, *fields):
+        """Allgather ``[layout fp, configuration fp, non-finite, *fields]``; check it on
+        every rank.  Returns every rank's ``fields``: int64, shape ``(P, len(fields))``."""
+        if self._header_exchanged:
+            raise RuntimeError("the step's header was already exchanged")
+        own = self.layout.fingerprint, fingerprint(self.configuration)
+        header = np.array([*own, 0 if self.finite else 1, *fields], dtype=np.int64)
+        table = self._comm.allgather_host(header)
+        self._header_exchanged = True
+        differing = np.flatnonzero(table[:, 0] != own[0])
         if differing.size:
             raise ModelMismatchError(
                 f"rank {self.rank}'s model ({self.layout.describe()}) differs from rank(s) "
                 f"{differing.tolist()}: every rank must pass the same parameters, in the same "
                 "order, with the same shapes and dtypes")
-        bad = np.flatnonzero(table[:, 1])
+        differing = np.flatnonzero(table[:, 1] != own[1])
+        if differing.size:
+            raise ConfigurationMismatchError(self.rank, self.configuration, differing.tolist())
+        bad = np.flatnonzero(table[:, 2])
         if bad.size:
             raise NonFiniteGradientError(bad.tolist(), self.step)
-        return table[:, 2:]
+        return table[:, 3:]
+
+    # -- payload collectives (after the header) -------------------------------------
+    def _payload(self):
+        if not self._header_exchanged:
+            raise RuntimeError("a payload collective before the step's header: a sparsifier "
+                               "must call context.exchange_header() first")
+        return self._comm
+
+    def allgather(self, x, counts):
+        return self._payload().allgather(x, counts)
+
+    def allreduce_sum(self, x):
+        return self._payload().allreduce_sum(x)
+
+    def broadcast(self, x, root):
+        return self._payload().broadcast(x, root)
+
+    def alltoall(self, x, splits):
+        return self._payload().alltoall(x, splits)
+
+    def allgather_host(self, array):
+        return self._payload().allgather_host(array)
+
+    def broadcast_host(self, array, root):
+        return self._payload().broadcast_host(array, root)
+
+    # -- wire formats -----------------------------------------------------------
+    def allgather_values(self, values, counts):
+        return self._from_wire(self.allgather(self._to_wire(values), counts))
+
+    def allreduce_values(self, values):
+        return self._from_wire(self.allreduce_sum(self._to_wire(values)))
+
+    def alltoall_values(self, values, splits):
+        received, received_splits = self.alltoall(self._to_wire(values), splits)
+        return self._from_wire(received), received_splits
+
+    def allgather_indices(self, indices, counts):
+        return self._widen(self.allgather(self._narrow(indices), counts))
+
+    def broadcast_indices(self, indices, root):
+        return self._widen(self.broadcast(self._narrow(indices), root))
+
+    def alltoall_indices(self, indices, splits):
+        received, received_splits = self.alltoall(self._narrow(indices), splits)
+        return self._widen(received), received_splits
+
+    @property
+    def narrow_indices(self):
+        """Whether indices travel as int32 (every position below ``2**31``)."""
+        return self.layout.n <= INT32_POSITIONS
+
+    def _to_wire(self, values):
+        return values if self.wire_dtype == "float32" else self.ops.to_wire(values, self.wire_dtype)
+
+    def _from_wire(self, values):
+        return values if self.wire_dtype == "float32" else self.ops.from_wire(values)
+
+    def _narrow(self, indices):
+        return self.ops.narrow_index(indices) if self.narrow_indices else indices
+
+    def _widen(self, indices):
+        return self.ops.widen_index(indices) if self.narrow_indices else indices
 
 
 class _Stopwatch:
-    def __init__(self, context, attribute):
-        self.context, self.attribute = context, attribute
+    def __init__(self, context):
+        self.context = context
 
     def __enter__(self):
         self.start = time.perf_counter()
 
     def __exit__(self, *exc):
-        elapsed = time.perf_counter() - self.start
-        setattr(self.context, self.attribute, getattr(self.context, self.attribute) + elapsed)
+        self.context.selection_time += time.perf_counter() - self.start
 
 
 class GradientExchange:
@@ -123,18 +204,28 @@ class GradientExchange:
     sparsifier : a ``core.methods`` object (``create(name, **kw)`` builds one).
     ops : ``ArrayOps`` of the gradients' framework.
     comm : ``Communicator`` of the ranks.
-    nonfinite : ``"raise"`` (default) raises :class:`NonFiniteGradientError`
-        on every rank; ``"skip"`` returns a zero gradient on every rank.  Either
-        way the residuals stay exactly as before the step.
+    nonfinite : what a NaN/Inf gradient on any rank does, on every rank alike;
+        in all cases the residuals stay exactly as before the step:
+
+        * ``"raise"`` (default): :class:`NonFiniteGradientError`;
+        * ``"skip"``: the step returns a zero gradient;
+        * ``"propagate"``: the step returns NaN everywhere, as a dense
+          allreduce carries a NaN/Inf to every rank -- the policy for
+          ``torch.amp.GradScaler``, which then skips the step and lowers its
+          scale on every rank.
+    reduction : ``"average"`` (default) or ``"sum"`` over the ranks.
     history_size : how many steps of ``StepMetrics`` ``history`` keeps (the
         newest; 1,000 by default), so a long run's memory does not grow.
     """
 
-    def __init__(self, sparsifier, ops, comm, nonfinite="raise", history_size=1000):
+    def __init__(self, sparsifier, ops, comm, nonfinite="raise", reduction="average",
+                 history_size=1000):
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         self.sparsifier, self.ops, self.comm = sparsifier, ops, comm
-        self.nonfinite = nonfinite
+        self.nonfinite, self.reduction = nonfinite, reduction
         self.feedback = ErrorFeedback(ops, momentum=sparsifier.momentum)
         self.step_count = 0
         self.history = collections.deque(maxlen=history_size)
@@ -143,28 +234,41 @@ class GradientExchange:
         self._aggregates, self._output_size = [None, None], None
 
     @property
+    def configuration(self):
+        """What every rank must agree on besides the model (checked in the header)."""
+        return configuration(self.sparsifier, self.nonfinite, self.reduction)
+
+    @property
     def metrics(self):
         """Metrics of the last step (``None`` before the first)."""
         return self.history[-1] if self.history else None
 
-    def step(self, grads, layout):
+    def step(self, grads, layout, held=()):
         """Average the flat gradients ``grads`` (one per layout entry) sparsely.
 
-        Returns the flat averaged aggregate (``layout.n`` elements).  It lives
-        in one of two output buffers used in turn: valid until the step after
-        next overwrites it (copy it to keep it longer).
+        ``held``: positions in ``layout`` of gradients absent this step (a
+        frozen parameter, a variable without a gradient); their ``grads``
+        entries (zeros will do) are not read, nothing of them is sent, the aggregate holds
+        zeros there (when every rank holds them) and their residuals are
+        kept until they have a gradient again.
+
+        Returns the flat aggregate (``layout.n`` elements).  It lives in one of
+        two output buffers used in turn: valid until the step after next
+        overwrites it (copy it to keep it longer).
         """
         self.comm.reset_traffic()
-        acc = self.feedback.accumulate(grads, layout, self._clip_scale(grads))
-        context = StepContext(self.ops, self.comm, layout, self.step_count,
+        acc = self.feedback.accumulate(grads, layout, self._clip_scale(grads, layout, held), held)
+        context = StepContext(self.ops, self.comm, layout, self.step_count, self.configuration,
                               finite=self.ops.all_finite(acc), aggregate=self._output(layout, acc),
-                              feedback=self.feedback)
+                              feedback=self.feedback, reduction=self.reduction)
         try:
             aggregate, metrics = self.sparsifier.exchange(acc, context)
         except NonFiniteGradientError:
             if self.nonfinite == "raise":
                 raise
             aggregate = context.new_aggregate()
+            if self.nonfinite == "propagate":
+                self.ops.add_slice(aggregate, aggregate, math.nan, 0, layout.n)
             metrics = StepMetrics(step=self.step_count, n=layout.n, k=self.sparsifier.k(layout.n),
                                   counts=[0] * self.comm.size, nnz=0, skipped=True)
         else:
@@ -175,19 +279,20 @@ class GradientExchange:
         metrics.bytes_sent = traffic["bytes_sent"]
         metrics.bytes_received = traffic["bytes_received"]
         metrics.selection_time = context.selection_time
-        metrics.communication_time = context.communication_time
+        metrics.communication_time = traffic["seconds"]
         self.history.append(metrics)
         self.step_count += 1
         return aggregate
 
-    def _clip_scale(self, grads):
+    def _clip_scale(self, grads, layout, held):
         """DGC's local gradient clipping: scale so ``||g|| <= clip_norm / sqrt(P)``
         (``None`` when the sparsifier does not clip or the norm is already below)."""
         clip_norm = self.sparsifier.clip_norm
         if clip_norm is None:
             return None
-        norm = math.sqrt(math.fsum(float(self.ops.segment_sq_norms(g, [(0, len(g))])[0])
-                                   for g in grads))
+        norm = math.sqrt(math.fsum(float(self.ops.segment_sq_norms(g, [(0, size)])[0])
+                                   for i, (g, size) in enumerate(zip(grads, layout.sizes))
+                                   if i not in held))
         coefficient = clip_norm / math.sqrt(self.comm.size) / (norm + 1e-6)
         return coefficient if coefficient < 1 else None
 
@@ -208,3 +313,9 @@ class GradientExchange:
         self.feedback.load_state_dict(state)
         if "sparsifier" in state:  # absent when carried over to another rank count
             self.sparsifier.load_state_dict(state["sparsifier"])
+
+
+def configuration(sparsifier, nonfinite, reduction):
+    """The text every rank's configuration fingerprint is taken of: the method with
+    its hyper-parameters (its ``repr``), the non-finite policy and the reduction."""
+    return f"{sparsifier!r}, nonfinite={nonfinite!r}, reduction={reduction!r}"

@@ -12,6 +12,10 @@ With ``momentum = m > 0`` the memory is DGC's *momentum correction*
 (Lin et al., ICLR 2018; also Sketched-SGD's worker state): a velocity
 ``u_t = m u_{t-1} + g_t`` is kept too, ``acc_t = e_t + u_t``, and both are
 zeroed at the communicated coordinates ("factor masking").
+
+A *held* gradient (absent this step: a frozen parameter, a variable without a
+gradient) contributes zeros to ``acc``, so none of it is selected, and its
+residual and velocity are carried to the next step unchanged.
 """
 
 import numpy as np
@@ -68,6 +72,7 @@ class ErrorFeedback:
     def __init__(self, ops, momentum=0.0):
         self.ops, self.momentum = ops, float(momentum)
         self._residual, self._velocity = _Buffer(), _Buffer()
+        self._held = ()  # (start, stop) of this step's held gradients
 
     @property
     def residual(self):
@@ -78,17 +83,23 @@ class ErrorFeedback:
         """``u`` of momentum correction (``None`` without momentum)."""
         return self._velocity.current if self.momentum else None
 
-    def accumulate(self, grads, layout, scale=None):
+    def accumulate(self, grads, layout, scale=None, held=()):
         """Return ``acc = residual + grads`` (``residual + u`` with momentum), in spare buffers.
 
-        ``scale`` (a number) multiplies every gradient first (local clipping).
+        ``scale`` (a number) multiplies every gradient first (local clipping);
+        ``held`` lists the positions of absent gradients (zeros in ``acc``;
+        their ``grads`` entries, any vector of the right size, are not read).
         """
         ops, like = self.ops, grads[0]
         self._residual.ensure(ops, layout, like)
         if self.momentum:
             self._velocity.ensure(ops, layout, like)
         acc, velocity = self._residual.spare, self._velocity
-        for grad, (start, stop) in zip(grads, layout.bounds):
+        self._held = tuple(layout.bounds[i] for i in held)
+        for i, (grad, (start, stop)) in enumerate(zip(grads, layout.bounds)):
+            if i in held:
+                ops.fill_zero(acc[start:stop])
+                continue
             if scale is not None:
                 grad = ops.multiply(grad, scale)
             if self.momentum:
@@ -112,10 +123,13 @@ class ErrorFeedback:
             self.ops.zero_at(self._velocity.spare, indices)
 
     def commit(self):
-        """Make the accumulated buffers (after :meth:`clear`) the new residual and velocity."""
-        self._residual.swap()
-        if self.momentum:
-            self._velocity.swap()
+        """Make the accumulated buffers (after :meth:`clear`) the new residual and
+        velocity; held gradients keep their old ones."""
+        buffers = (self._residual, self._velocity) if self.momentum else (self._residual,)
+        for buffer in buffers:
+            for start, stop in self._held:
+                self.ops.add_slice(buffer.spare, buffer.current, 0.0, start, stop)
+            buffer.swap()
 
     def state_dict(self, layout):
         state = {"residuals": self._residual.state_dict(self.ops, layout)}

@@ -37,14 +37,14 @@ import numpy as np
 def initial_threshold(acc, k, start, stop, context):
     """The threshold that selects exactly ``k`` elements over all ranks' owned slices.
 
-    Non-finite magnitudes are ignored here (the step's header rejects them).
+    A collective after the step's header, which has already rejected
+    non-finite gradients.
     """
-    ops, comm = context.ops, context.comm
+    ops = context.ops
     local_k = min(k, stop - start)
     candidates = ops.take(acc, ops.topk_abs_indices(acc, local_k, start, stop))
     padded = ops.concat([candidates, ops.zeros(k - local_k, acc)])
-    with context.timed_communication():
-        gathered = comm.allgather(padded, [k] * comm.size)
+    gathered = context.allgather(padded, [k] * context.size)
     magnitudes = np.abs(ops.to_host(gathered).astype(np.float64))
     magnitudes = magnitudes[np.isfinite(magnitudes)]
     if magnitudes.size < k:

@@ -21,10 +21,11 @@ class Sparsifier:
 
     A subclass implements ``exchange(acc, context) -> (aggregate, metrics)``:
     select from the flat accumulated gradient ``acc``, communicate through
-    ``context.comm``, zero what it communicated with ``context.clear`` (error
-    feedback) and return the averaged dense aggregate, identical on every
-    rank.  It must call ``context.exchange_header`` before its first payload
-    collective and change its own state only after it.
+    the context's collectives, zero what it communicated with
+    ``context.clear`` (error feedback) and return the reduced dense aggregate
+    (``context.reduced``), identical on every rank.  Its first collective is
+    ``context.exchange_header`` (the context refuses any other before it);
+    it changes its own state only after the header.
 
     ``momentum`` (> 0 turns on momentum correction in the error feedback) and
     ``clip_norm`` (local gradient clipping) are read by the driver.
@@ -52,40 +53,31 @@ class Sparsifier:
 
 
 def average_disjoint(context, union, acc):
-    """Allreduce every rank's ``acc`` at the (duplicate-free) ``union``, average over
-    ``P`` and scatter into a dense aggregate; clear ``union`` on every rank."""
-    ops, comm = context.ops, context.comm
-    with context.timed_communication():
-        summed = context.from_wire(comm.allreduce_sum(context.to_wire(ops.take(acc, union))))
+    """Allreduce every rank's ``acc`` at the (duplicate-free) ``union``, reduce
+    (average over ``P``) and scatter into a dense aggregate; clear ``union`` on
+    every rank."""
+    ops = context.ops
+    summed = context.allreduce_values(ops.take(acc, union))
     aggregate = context.new_aggregate()
-    ops.scatter_add(aggregate, union, ops.divide(summed, comm.size))
+    ops.scatter_add(aggregate, union, context.reduced(summed))
     context.clear(union)
     return aggregate
 
 
 def average_gathered(context, indices, values, counts):
-    """Allgather every rank's (indices, values) and add the lists, each value divided
-    by ``P``, in rank order (identical bits everywhere).  Clears this rank's own
-    ``indices``.  Returns ``(aggregate, gathered indices)``."""
-    ops, comm = context.ops, context.comm
-    gathered = gather_indices(context, indices, counts)
-    with context.timed_communication():
-        gathered_values = context.from_wire(comm.allgather(context.to_wire(values), counts))
+    """Allgather every rank's (indices, values) and add the lists, each value reduced
+    (divided by ``P``), in rank order (identical bits everywhere).  Clears this
+    rank's own ``indices``.  Returns ``(aggregate, gathered indices)``."""
+    ops = context.ops
+    gathered = context.allgather_indices(indices, counts)
+    gathered_values = context.allgather_values(values, counts)
     aggregate = context.new_aggregate()
     offsets = np.concatenate([[0], np.cumsum(counts)])
     for start, stop in zip(offsets[:-1], offsets[1:]):
         ops.scatter_add(aggregate, gathered[start:stop],
-                        ops.divide(gathered_values[start:stop], comm.size))
+                        context.reduced(gathered_values[start:stop]))
     context.clear(indices)
     return aggregate, gathered
-
-
-def gather_indices(context, indices, counts):
-    """Allgather every rank's selected indices (int32 on the wire), in rank order."""
-    ops = context.ops
-    with context.timed_communication():
-        gathered = context.comm.allgather(ops.narrow_index(indices), counts)
-    return ops.widen_index(gathered)
 
 
 def check_seed(seed):

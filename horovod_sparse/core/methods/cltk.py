@@ -19,11 +19,10 @@ class CLTK(Sparsifier):
         leader = context.step % size
         with context.timed_selection():
             if rank == leader:
-                indices = ops.narrow_index(ops.topk_abs_indices(acc, k, 0, n))
+                indices = ops.topk_abs_indices(acc, k, 0, n)
             else:
-                indices = ops.narrow_index(ops.arange(0, k, acc))  # receive buffer
+                indices = ops.arange(0, k, acc)  # receive buffer
         counts = context.exchange_header(k if rank == leader else 0)[:, 0]
-        with context.timed_communication():
-            indices = ops.widen_index(context.comm.broadcast(indices, leader))
+        indices = context.broadcast_indices(indices, leader)
         aggregate = average_disjoint(context, indices, acc)
         return aggregate, step_metrics(context, k, counts, k)

@@ -10,8 +10,9 @@
 3. The rotating leader ``t mod P`` bin-packs its segments into ``P`` bins
    (largest cost ``size_l * log2(k_l)`` first -- ``size_l`` when ``k_l <= 1``
    -- into the least-loaded bin); segments with ``k_l == size_l`` go to a
-   "common" list that every worker sends densely.  It broadcasts the
-   assignment; worker ``r`` takes bin ``(t + r) mod P``.
+   "common" list that every worker sends densely.  The assignment rides in
+   the step's header (the leader's row); worker ``r`` takes bin
+   ``(t + r) mod P``.  The selection counts follow in a second small allgather.
 4. Selection: exact top-``k_l`` (own budget) inside each assigned segment,
    about ``(n/P) log(k/P)`` per worker.
 5. Communication and residual as MiCRO: the bins are disjoint, the common
@@ -22,7 +23,7 @@ import math
 
 import numpy as np
 
-from .base import Sparsifier, average_disjoint, gather_indices, step_metrics
+from .base import Sparsifier, average_disjoint, step_metrics
 
 COMMON = -1
 
@@ -88,8 +89,8 @@ class DEFT(Sparsifier):
     name = "deft"
 
     def exchange(self, acc, context):
-        ops, comm, layout = context.ops, context.comm, context.layout
-        k, size, rank, step = self.k(layout.n), comm.size, comm.rank, context.step
+        ops, layout = context.ops, context.layout
+        k, size, rank, step = self.k(layout.n), context.size, context.rank, context.step
         segments = deft_segments(layout, size)
         sizes = np.array([stop - start for start, stop in segments], dtype=np.int64)
         leader = step % size
@@ -97,15 +98,14 @@ class DEFT(Sparsifier):
             budgets = deft_budgets(np.sqrt(ops.segment_sq_norms(acc, segments)), sizes, k)
             mine = deft_assignment(budgets, sizes, size) if rank == leader else np.zeros(
                 len(segments), dtype=np.int64)
-        with context.timed_communication():
-            assignment = comm.broadcast_host(mine, leader)
+        assignment = context.exchange_header(*mine)[leader]
         own_bin = (step + rank) % size
         with context.timed_selection():
             selected = [ops.topk_abs_indices(acc, int(budgets[l]), *segments[l])
                         for l in np.flatnonzero(assignment == own_bin)]
             indices = ops.concat(selected) if selected else ops.arange(0, 0, acc)
-        counts = context.exchange_header(len(indices))[:, 0]
-        union = gather_indices(context, indices, counts)
+        counts = context.allgather_host(np.array([len(indices)], dtype=np.int64))[:, 0]
+        union = context.allgather_indices(indices, counts)
         common = [ops.arange(*segments[l], acc) for l in np.flatnonzero(assignment == COMMON)]
         if common:
             union = ops.concat([union] + common)

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..partition import BlockPartition, even_bounds, owned_partition, owner_of
 from ..threshold import AdaptiveControl, initial_threshold, make_control
-from .base import Sparsifier, average_disjoint, gather_indices, step_metrics
+from .base import Sparsifier, average_disjoint, step_metrics
 
 _TINY = float(np.finfo(np.float32).tiny)
 # The adaptive controller re-estimates from data when the count is this far off.
@@ -68,20 +68,25 @@ class ExclusivePartitionSparsifier(Sparsifier):
         k = self.k(n)
         bounds, layout_state = self.partition_bounds(n, size, context.step)
         start, stop = bounds[owned_partition(context.step, context.rank, size)]
-        threshold = self.threshold
-        if threshold is None:
+        estimating = self.threshold is None
+        if estimating:  # measured from the data by a collective, so after the header
+            context.exchange_header()
             threshold = max(initial_threshold(acc, k, start, stop, context), _TINY)
+        else:
+            threshold = self.threshold
         rungs = np.maximum(self.control.rungs(threshold), _TINY)
         with context.timed_selection():
             candidates, magnitudes, ladder = ladder_candidates(ops, acc, rungs, start, stop)
-        table = context.exchange_header(len(candidates), *ladder)
+        fields = [len(candidates), *ladder]
+        table = (context.allgather_host(np.array(fields, dtype=np.int64)) if estimating
+                 else context.exchange_header(*fields))
         totals = table[:, 1:].sum(axis=0)  # global count at every rung
         chosen = self.control.choose(totals, k)
         counts = table[:, 1 + chosen]
         with context.timed_selection():
             indices = candidates if chosen == 0 else ops.select_abs_ge(candidates, magnitudes,
                                                                         rungs[chosen])
-        union = gather_indices(context, indices, counts)
+        union = context.allgather_indices(indices, counts)
         aggregate = average_disjoint(context, union, acc)
         self._commit(rungs, totals, chosen, k, counts, context.step)
         self.commit_layout(layout_state)

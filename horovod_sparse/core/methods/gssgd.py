@@ -29,7 +29,7 @@ import numpy as np
 
 from ..partition import even_bounds
 from ..sketch import CountSketch
-from .base import (Sparsifier, check_momentum, check_positive, check_positive_int, check_seed, gather_indices,
+from .base import (Sparsifier, check_momentum, check_positive, check_positive_int, check_seed,
                    step_metrics)
 
 OCTAVES = 40
@@ -75,34 +75,30 @@ class GsSGD(Sparsifier):
         return self._sketch
 
     def exchange(self, acc, context):
-        ops, comm, n, rank, size = (context.ops, context.comm, context.layout.n, context.rank,
-                                    context.size)
+        ops, n, rank, size = context.ops, context.layout.n, context.rank, context.size
         k = min(self.k(n), n)
         sketch = self.sketch(ops, k)
         with context.timed_selection():
             table = sketch.encode(acc, n)
         context.exchange_header(0)
-        with context.timed_communication():
-            table = comm.allreduce_sum(table)
+        table = context.allreduce_sum(table)
         start, stop = even_bounds(n, size)[rank]
         with context.timed_selection():
             estimates = sketch.estimate(table, start, stop)
             rungs = candidate_ladder(ops.max_abs(table))
             ladder_counts = ops.count_abs_ge_each(estimates, rungs)
-        with context.timed_communication():
-            ladder = comm.allgather_host(ladder_counts)
+        ladder = context.allgather_host(ladder_counts)
         chosen = highest_rung_reaching(ladder.sum(axis=0), self.candidates * k)
         counts = ladder[:, chosen]
         with context.timed_selection():
             local = ops.abs_ge_indices(estimates, rungs[chosen], 0, stop - start) + start
-        candidates = gather_indices(context, local, counts)
-        with context.timed_communication():
-            exact = context.from_wire(comm.allreduce_sum(context.to_wire(ops.take(acc, candidates))))
+        candidates = context.allgather_indices(local, counts)
+        exact = context.allreduce_values(ops.take(acc, candidates))
         with context.timed_selection():
             best = ops.topk_abs_indices(exact, k, 0, len(candidates))
             selected = ops.take(candidates, best)
         aggregate = context.new_aggregate()
-        ops.scatter_add(aggregate, selected, ops.divide(ops.take(exact, best), size))
+        ops.scatter_add(aggregate, selected, context.reduced(ops.take(exact, best)))
         context.clear(selected)
         return aggregate, step_metrics(context, k, counts, len(selected), rungs[chosen])
 

@@ -39,8 +39,7 @@ class GTopK(Sparsifier):
     name = "gtopk"
 
     def exchange(self, acc, context):
-        ops, comm, n, rank, size = (context.ops, context.comm, context.layout.n, context.rank,
-                                    context.size)
+        ops, n, rank, size = context.ops, context.layout.n, context.rank, context.size
         k = min(self.k(n), n)
         with context.timed_selection():
             local = ops.topk_abs_indices(acc, k, 0, n)
@@ -52,13 +51,11 @@ class GTopK(Sparsifier):
             if role == "send":
                 splits[partner] = len(indices)
             outgoing = slice(0, len(indices) if role == "send" else 0)
-            with context.timed_communication():
-                received_indices, _ = comm.alltoall(ops.narrow_index(indices[outgoing]), splits)
-                received_values, _ = comm.alltoall(values[outgoing], splits)
+            received_indices, _ = context.alltoall_indices(indices[outgoing], splits)
+            received_values, _ = context.alltoall_values(values[outgoing], splits)
             if role == "receive":
                 with context.timed_selection():
-                    merged, sums = ops.merge_sum(indices, values,
-                                                 ops.widen_index(received_indices), received_values)
+                    merged, sums = ops.merge_sum(indices, values, received_indices, received_values)
                     best = ops.topk_abs_indices(sums, k, 0, len(merged))
                     indices, values = ops.take(merged, best), ops.take(sums, best)
             elif role == "send":
@@ -67,19 +64,15 @@ class GTopK(Sparsifier):
         aggregate = context.new_aggregate()
         mine = ops.intersect(final, local)
         ops.scatter_add(aggregate, mine, ops.take(acc, mine))  # own contributions, on F
-        with context.timed_communication():
-            summed = context.from_wire(comm.allreduce_sum(context.to_wire(ops.take(aggregate, final))))
+        summed = context.allreduce_values(ops.take(aggregate, final))
         ops.fill_zero(aggregate)
-        ops.scatter_add(aggregate, final, ops.divide(summed, size))
+        ops.scatter_add(aggregate, final, context.reduced(summed))
         context.clear(mine)
         return aggregate, step_metrics(context, k, counts, len(final))
 
     @staticmethod
     def _broadcast_final(context, indices, like):
         """Rank 0's final set on every rank (its size first, then the indices)."""
-        ops, comm = context.ops, context.comm
-        with context.timed_communication():
-            count = int(comm.broadcast_host(np.array([len(indices)], dtype=np.int64), 0)[0])
-            wire = ops.narrow_index(indices) if context.rank == 0 else ops.narrow_index(
-                ops.arange(0, count, like))
-            return ops.widen_index(comm.broadcast(wire, 0))
+        count = int(context.broadcast_host(np.array([len(indices)], dtype=np.int64), 0)[0])
+        own = indices if context.rank == 0 else context.ops.arange(0, count, like)
+        return context.broadcast_indices(own, 0)

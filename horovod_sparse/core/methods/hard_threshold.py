@@ -10,7 +10,7 @@ allgather the index lists, take their union ``U``, allreduce every rank's
 
 import math
 
-from .base import Sparsifier, average_disjoint, check_positive, gather_indices, step_metrics
+from .base import Sparsifier, average_disjoint, check_positive, step_metrics
 
 
 class HardThreshold(Sparsifier):
@@ -30,7 +30,7 @@ class HardThreshold(Sparsifier):
         with context.timed_selection():
             indices = ops.abs_ge_indices(acc, threshold, 0, n)
         counts = context.exchange_header(len(indices))[:, 0]
-        union = ops.unique(gather_indices(context, indices, counts))
+        union = ops.unique(context.allgather_indices(indices, counts))
         aggregate = average_disjoint(context, union, acc)
         return aggregate, step_metrics(context, k, counts, len(union), threshold)
 
