@@ -55,10 +55,16 @@ def decode(data):
         return state
 
 
-def gather(state, comm):
-    """Every rank's ``state`` as ``{"ranks": [...]}`` (collective: call on all ranks)."""
+def gather(state, comm, timeout=None):
+    """Every rank's ``state`` as ``{"ranks": [...]}`` (collective: call on all ranks;
+    ``TimeoutError`` when the others do not join within ``timeout`` seconds, where
+    the communicator can wait with a deadline)."""
     own = np.frombuffer(encode(state), dtype=np.uint8)
-    lengths = comm.allgather_host(np.array([own.size], dtype=np.int64))[:, 0]
+    try:
+        lengths = comm.allgather_host(np.array([own.size], dtype=np.int64), timeout=timeout)[:, 0]
+    except TimeoutError as error:
+        raise TimeoutError(f"{error}: state_dict(all_ranks=True) is collective, every rank must "
+                           "call it (rank 0 alone then saves the result)") from None
     padded = np.zeros(int(lengths.max()), dtype=np.uint8)
     padded[:own.size] = own
     rows = comm.allgather_host(padded)
@@ -66,8 +72,18 @@ def gather(state, comm):
 
 
 def localize(state, rank, size):
-    """Rank ``rank`` of ``size``'s state from a gathered or an own state."""
+    """Rank ``rank`` of ``size``'s state from a gathered or an own state.
+
+    An own state stamped with another rank or rank count raises ``ValueError``:
+    its residuals are another rank's, and the carry-over needs all of them."""
     if "ranks" not in state:
+        saved = state.get("rank", rank), state.get("size", size)
+        if saved != (rank, size):
+            raise ValueError(
+                f"this compressor state is rank {saved[0]} of {saved[1]}'s own; rank {rank} of "
+                f"{size} cannot resume from it (residuals are per rank).  For a checkpoint that "
+                "rank 0 writes alone, call state_dict(all_ranks=True) on every rank and save "
+                "that; or save and load one file per rank")
         return state
     ranks = state["ranks"]
     if len(ranks) == size:

@@ -100,11 +100,15 @@ class Communicator:
                             self._itemsize(x))
         return received, received_splits
 
-    def allgather_host(self, array):
+    def allgather_host(self, array, timeout=None):
+        """``timeout`` (seconds): raise ``TimeoutError`` if the other ranks have not
+        joined by then (where the implementation can wait with a deadline)."""
         array = np.ascontiguousarray(array)
         self.traffic.record("allgather", array.size, array.size * (self.size - 1),
                             array.itemsize)
-        return self._timed(self._allgather_host, array)
+        if timeout is None:
+            return self._timed(self._allgather_host, array)
+        return self._timed(self._allgather_host_within, array, timeout)
 
     def broadcast_host(self, array, root):
         array = np.ascontiguousarray(array)
@@ -141,6 +145,10 @@ class Communicator:
 
     def _allgather_host(self, array):
         raise NotImplementedError
+
+    def _allgather_host_within(self, array, timeout):
+        """:meth:`_allgather_host` with a deadline; by default none is kept."""
+        return self._allgather_host(array)
 
     def _broadcast_host(self, array, root):
         raise NotImplementedError

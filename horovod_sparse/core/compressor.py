@@ -10,36 +10,52 @@ metrics, and the state a checkpoint holds (see ``core.checkpoint``).
 """
 
 from . import checkpoint
-from .exchange import GradientExchange
+from .exchange import NONFINITE_POLICIES, GradientExchange, agree, configuration
 from .metrics import summarize
 from .registry import available
 
 
 class WholeModelCompressor:
-    """Subclasses provide ``_ops()`` and ``_communicator()`` of their framework."""
+    """Subclasses provide ``_ops()`` and ``_communicator()`` of their framework,
+    and may set ``reduction`` (``"average"`` or ``"sum"``) before the first step."""
 
     def __init__(self, sparsifier, nonfinite="raise"):
+        if nonfinite not in NONFINITE_POLICIES:
+            raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         self.sparsifier = sparsifier
+        self.reduction = "average"
         self._nonfinite = nonfinite
         self._exchange = None
         self._comm = None
         self._pending_state = None
         self.layout = None
 
-    def exchange(self, flat_grads, layout):
-        """Average one step's gradients (``flat_grads[i]`` is ``layout`` entry ``i``)."""
-        if self.layout is not None and layout != self.layout:
+    def exchange(self, flat_grads, layout, held=()):
+        """Reduce one step's gradients (``flat_grads[i]`` is ``layout`` entry ``i``;
+        ``held``: see :meth:`GradientExchange.step`)."""
+        if self.layout is None:
+            self.layout = layout
+        elif layout != self.layout:
             raise ValueError("the gradients exchanged changed between steps (was: "
                              f"{self.layout.describe()}; now: {layout.describe()})")
-        self.layout = layout
-        return self.gradient_exchange.step(flat_grads, layout)
+        return self.gradient_exchange.step(flat_grads, self.layout, held)
+
+    @property
+    def configuration(self):
+        """The configuration every rank must share (see ``core.exchange``)."""
+        return configuration(self.sparsifier, self._nonfinite, self.reduction)
+
+    def check_agreement(self, layout):
+        """Raise on every rank unless all ranks have this ``layout`` and configuration
+        (collective)."""
+        agree(self.comm, layout, self.configuration)
 
     @property
     def gradient_exchange(self):
         """The :class:`GradientExchange` (built, with any loaded state, on first use)."""
         if self._exchange is None:
             self._exchange = GradientExchange(self.sparsifier, self._ops(), self.comm,
-                                              nonfinite=self._nonfinite)
+                                              nonfinite=self._nonfinite, reduction=self.reduction)
             if self._pending_state is not None:
                 self._exchange.load_state_dict(self._pending_state)
                 self._pending_state = None
@@ -65,19 +81,27 @@ class WholeModelCompressor:
         return summarize(self.history, skip_first)
 
     # -- state ------------------------------------------------------------------
-    def state_dict(self, all_ranks=False):
-        """This rank's step, residuals (by gradient name) and sparsifier state.
+    def state_dict(self, all_ranks=False, timeout=60.0):
+        """This rank's step, residuals (by gradient name) and sparsifier state,
+        stamped with the ``rank`` and ``size`` it belongs to.
 
-        ``all_ranks=True`` (collective: call it on every rank) returns every
-        rank's state, ``{"ranks": [...]}``, for a checkpoint rank 0 alone
-        writes; :meth:`load_state_dict` takes either form, on any number of
-        ranks (``core.checkpoint.localize`` says what a new rank count gets).
+        The residuals are per rank, so a rank's own state resumes only that
+        rank (loading it elsewhere raises).  For the usual checkpoint that
+        rank 0 alone writes, call ``state_dict(all_ranks=True)`` on **every**
+        rank (it is collective) and let rank 0 save the result: it holds every
+        rank's state, ``{"ranks": [...]}``, and :meth:`load_state_dict` takes
+        it on any number of ranks (``core.checkpoint.localize`` says what a
+        new rank count gets).  Called on some ranks only it cannot complete:
+        with Horovod PyTorch it raises ``TimeoutError`` after ``timeout``
+        seconds; TensorFlow's eager collectives cannot be waited on with a
+        deadline, so there it waits.
         """
         if self._exchange is None:
             own = dict(self._pending_state or {})
         else:
             own = self._exchange.state_dict(self.layout)
-        return checkpoint.gather(own, self.comm) if all_ranks else own
+        own.update(rank=self.comm.rank, size=self.comm.size)
+        return checkpoint.gather(own, self.comm, timeout) if all_ranks else own
 
     def load_state_dict(self, state):
         own = checkpoint.localize(state, self.comm.rank, self.comm.size)
@@ -99,15 +123,27 @@ def method_factories(cls):
     method, ``Compression.exdyna(density=0.001, **options)``, calling
     ``cls.create(name, density=..., **options)``."""
     for method in available():
-        setattr(cls, method, staticmethod(_factory(cls, method)))
+        setattr(cls, method, _MethodFactory(cls, method))
     return cls
 
 
-def _factory(cls, method):
-    def factory(density=0.001, **options):
-        return cls.create(method, density=density, **options)
+class _MethodFactory:
+    """``Compression.<method>``: call it for a compressor.  Passed to Horovod
+    uncalled, its ``compress`` says so instead of an ``AttributeError``."""
 
-    factory.__name__ = factory.__qualname__ = method
-    factory.__doc__ = (f"A compressor running ``{method}`` (hyper-parameters: see "
-                       "``horovod_sparse.core.methods`` and docs/methods.md).")
-    return factory
+    def __init__(self, cls, method):
+        self._cls, self.__name__ = cls, method
+        self.__doc__ = (f"A compressor running ``{method}`` (hyper-parameters: see "
+                        "``horovod_sparse.core.methods`` and docs/methods/).")
+
+    def __call__(self, density=0.001, **options):
+        return self._cls.create(self.__name__, density=density, **options)
+
+    def compress(self, tensor):
+        raise TypeError(f"compression=Compression.{self.__name__} is the factory, not a "
+                        f"compressor: pass compression=Compression.{self.__name__}(density=...)")
+
+    decompress = compress
+
+    def __repr__(self):
+        return f"Compression.{self.__name__}"

@@ -103,23 +103,10 @@ class StepContext:
         every rank.  Returns every rank's ``fields``: int64, shape ``(P, len(fields))``."""
         if self._header_exchanged:
             raise RuntimeError("the step's header was already exchanged")
-        own = self.layout.fingerprint, fingerprint(self.configuration)
-        header = np.array([*own, 0 if self.finite else 1, *fields], dtype=np.int64)
-        table = self._comm.allgather_host(header)
+        table = self._comm.allgather_host(
+            header_row(self.layout, self.configuration, self.finite, fields))
         self._header_exchanged = True
-        differing = np.flatnonzero(table[:, 0] != own[0])
-        if differing.size:
-            raise ModelMismatchError(
-                f"rank {self.rank}'s model ({self.layout.describe()}) differs from rank(s) "
-                f"{differing.tolist()}: every rank must pass the same parameters, in the same "
-                "order, with the same shapes and dtypes")
-        differing = np.flatnonzero(table[:, 1] != own[1])
-        if differing.size:
-            raise ConfigurationMismatchError(self.rank, self.configuration, differing.tolist())
-        bad = np.flatnonzero(table[:, 2])
-        if bad.size:
-            raise NonFiniteGradientError(bad.tolist(), self.step)
-        return table[:, 3:]
+        return check_header(table, self.rank, self.layout, self.configuration, self.step)
 
     # -- payload collectives (after the header) -------------------------------------
     def _payload(self):
@@ -185,6 +172,37 @@ class StepContext:
         return self.ops.widen_index(indices) if self.narrow_indices else indices
 
 
+def header_row(layout, configuration, finite, fields=()):
+    """This rank's header: ``[layout fp, configuration fp, non-finite, *fields]`` (int64)."""
+    return np.array([layout.fingerprint, fingerprint(configuration), 0 if finite else 1, *fields],
+                    dtype=np.int64)
+
+
+def check_header(table, rank, layout, configuration, step):
+    """Raise the same error on every rank if any rank's header differs in model or
+    configuration or flags a non-finite gradient; else return every rank's fields."""
+    own = header_row(layout, configuration, True)
+    differing = np.flatnonzero(table[:, 0] != own[0])
+    if differing.size:
+        raise ModelMismatchError(
+            f"rank {rank}'s model ({layout.describe()}) differs from rank(s) "
+            f"{differing.tolist()}: every rank must pass the same parameters, in the same "
+            "order, with the same shapes and dtypes")
+    differing = np.flatnonzero(table[:, 1] != own[1])
+    if differing.size:
+        raise ConfigurationMismatchError(rank, configuration, differing.tolist())
+    bad = np.flatnonzero(table[:, 2])
+    if bad.size:
+        raise NonFiniteGradientError(bad.tolist(), step)
+    return table[:, 3:]
+
+
+def agree(comm, layout, configuration):
+    """The header's model and configuration checks outside a step (collective)."""
+    check_header(comm.allgather_host(header_row(layout, configuration, True)), comm.rank, layout,
+                 configuration, step=None)
+
+
 class _Stopwatch:
     def __init__(self, context):
         self.context = context
@@ -248,7 +266,7 @@ class GradientExchange:
 
         ``held``: positions in ``layout`` of gradients absent this step (a
         frozen parameter, a variable without a gradient); their ``grads``
-        entries (zeros will do) are not read, nothing of them is sent, the aggregate holds
+        entries are not read (``None`` will do), nothing of them is sent, the aggregate holds
         zeros there (when every rank holds them) and their residuals are
         kept until they have a gradient again.
 

@@ -88,9 +88,10 @@ class ErrorFeedback:
 
         ``scale`` (a number) multiplies every gradient first (local clipping);
         ``held`` lists the positions of absent gradients (zeros in ``acc``;
-        their ``grads`` entries, any vector of the right size, are not read).
+        their ``grads`` entries are not read and may be ``None``).
         """
-        ops, like = self.ops, grads[0]
+        ops = self.ops
+        like = next(grad for i, grad in enumerate(grads) if i not in held)
         self._residual.ensure(ops, layout, like)
         if self.momentum:
             self._velocity.ensure(ops, layout, like)

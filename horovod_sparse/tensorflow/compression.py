@@ -21,11 +21,18 @@ the compressor sees this while tracing and raises a ``ValueError`` saying to
 pass ``groups=1``.  Errors of a step (non-finite gradients, ranks whose models
 differ) surface as ``tf.errors`` whose message is ours.
 
-Gradients are named ``grad.<i>`` in the order Horovod hands them over (the
-order of the variables).  The compressor is trackable: ``tf.train.Checkpoint(
+Gradients are named ``grad.<i>``, ``i`` the position of their variable in
+the list Horovod reduces for (the tape's sources, the optimizer's variables),
+which Horovod's ``allreduce_grads`` knows (``horovod_caller``).  A variable
+whose gradient is ``None`` in a step (a branch not taken) is *held*: nothing
+of it is sent and its residual waits, as dense Horovod leaves it untouched.
+Horovod's ``op`` is honoured: ``hvd.Average`` and ``hvd.Sum``; others raise.
+The compressor is trackable: ``tf.train.Checkpoint(
 ..., compression=compression)`` saves its state (step, residuals, the
 sparsifier's thresholds and partitions) and restores it before the next step.
 """
+
+import functools
 
 import tensorflow as tf
 from tensorflow.python.trackable.base import Trackable
@@ -34,6 +41,7 @@ from ..core import Layout, checkpoint, create
 from ..core.compressor import WholeModelCompressor, method_factories
 from ..core.consistency import check_identical
 from .comm import HorovodTensorFlowCommunicator
+from .horovod_caller import horovod_caller
 from .ops import TensorFlowOps
 
 _PER_TENSOR = ("horovod_sparse exchanges the whole model's gradient at once, but Horovod handed "
@@ -42,13 +50,33 @@ _PER_TENSOR = ("horovod_sparse exchanges the whole model's gradient at once, but
 
 
 class _Trace:
-    """The gradients one traced graph hands to ``compress``, and the exchange op built for them."""
+    """The gradients one traced graph hands to ``compress``, their variables' positions,
+    and the exchange op built for them."""
 
     def __init__(self, graph):
         self.graph = graph
         self.outer = getattr(graph, "outer_graph", None)
         self.grads = []
+        self.positions = []   # per grad: its entry in ``layout``
+        self.caller = None    # Horovod's view of the step (see ``horovod_caller``)
         self.outputs = None
+
+    def record(self, tensor):
+        """Append ``tensor``; return its slot."""
+        self.positions.append(len(self.grads) if self.caller is None
+                              else self.caller.position_of(tensor))
+        self.grads.append(tensor)
+        return len(self.grads) - 1
+
+    def layout_and_held(self):
+        """The whole model's layout (call order without Horovod's view), and the
+        positions of the entries without a gradient in this trace."""
+        if self.caller is None:
+            return Layout(names=tuple(f"grad.{i}" for i in range(len(self.grads))),
+                          shapes=tuple(tuple(g.shape) for g in self.grads),
+                          dtypes=tuple(g.dtype.name for g in self.grads)), ()
+        layout = self.caller.layout
+        return layout, tuple(sorted(set(range(len(layout.names))) - set(self.positions)))
 
 
 class _Slot:
@@ -83,19 +111,24 @@ class SparseCompressor(WholeModelCompressor, Trackable):
     def compress(self, tensor):
         if not tensor.dtype.is_floating or tensor.shape.num_elements() == 0:
             return tensor, None
-        self._trace_for(tf.compat.v1.get_default_graph()).grads.append(tensor)
-        return tf.zeros([1], tf.float32), _Slot(self._trace, len(self._trace.grads) - 1)
+        trace = self._trace_for(tf.compat.v1.get_default_graph())
+        if not trace.grads:
+            trace.caller = horovod_caller()
+            if trace.caller is not None:
+                self.reduction = trace.caller.reduction
+        return tf.zeros([1], tf.float32), _Slot(trace, trace.record(tensor))
 
     def decompress(self, tensor, ctx):
         if ctx is None:
             return tensor
         trace = ctx.trace
         if trace.outputs is None:
+            step = functools.partial(self._exchange_step, trace)
             if tf.executing_eagerly():
-                trace.outputs = self._exchange_step(*trace.grads)
+                trace.outputs = step(*trace.grads)
             else:
                 with tf.control_dependencies([tensor]):  # after Horovod's placeholder allreduce
-                    outputs = tf.py_function(self._exchange_step, trace.grads,
+                    outputs = tf.py_function(step, trace.grads,
                                              Tout=[g.dtype for g in trace.grads])
                 for output, grad in zip(outputs, trace.grads):
                     output.set_shape(grad.shape)
@@ -117,13 +150,15 @@ class SparseCompressor(WholeModelCompressor, Trackable):
         return self._trace
 
     # -- the step (runs eagerly, inside tf.py_function in a graph) ------------
-    def _exchange_step(self, *grads):
-        layout = Layout(names=tuple(f"grad.{i}" for i in range(len(grads))),
-                        shapes=tuple(tuple(g.shape) for g in grads),
-                        dtypes=tuple(g.dtype.name for g in grads))
-        flat = self.exchange([tf.reshape(g, [-1]) for g in grads], layout)
-        return [tf.cast(tf.reshape(flat[start:stop], g.shape), g.dtype)
-                for (start, stop), g in zip(layout.bounds, grads)]
+    def _exchange_step(self, trace, *grads):
+        layout, held = trace.layout_and_held()
+        flat_grads = [None] * len(layout.names)
+        for position, grad in zip(trace.positions, grads):
+            flat_grads[position] = tf.reshape(grad, [-1])
+        flat = self.exchange(flat_grads, layout, held)
+        bounds = self.layout.bounds
+        return [tf.cast(tf.reshape(flat[bounds[p][0]:bounds[p][1]], g.shape), g.dtype)
+                for p, g in zip(trace.positions, grads)]
 
     def _ops(self):
         return TensorFlowOps()

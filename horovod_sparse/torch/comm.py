@@ -1,5 +1,7 @@
 """``Communicator`` over Horovod's PyTorch collectives (Gloo or MPI, CPU or GPU)."""
 
+import time
+
 import horovod.torch as hvd
 import torch
 
@@ -38,6 +40,18 @@ class HorovodTorchCommunicator(ProcessSetCommunicator):
         gathered = hvd.allgather(torch.from_numpy(array[None]), name=self._name(),
                                  process_set=self.process_set)
         return gathered.numpy()
+
+    def _allgather_host_within(self, array, timeout):
+        handle = hvd.allgather_async(torch.from_numpy(array[None]), name=self._name(),
+                                     process_set=self.process_set)
+        deadline = time.monotonic() + timeout
+        while not hvd.poll(handle):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"rank {self.rank} waited {timeout:g} s for the other ranks in a collective "
+                    "call")
+            time.sleep(0.001)
+        return hvd.synchronize(handle).numpy()
 
     def _broadcast_host(self, array, root):
         return hvd.broadcast(torch.from_numpy(array), self.global_rank(root), name=self._name(),

@@ -11,28 +11,61 @@ uses that order to run the *whole-model* algorithm:
 * the first ``decompress`` of the step flattens all recorded gradients in a
   fixed order, runs :class:`~horovod_sparse.core.GradientExchange` (selection,
   error feedback, Horovod allgather/allreduce of the sparse data) and caches
-  the averaged aggregate; every ``decompress`` returns its parameter's slice.
+  the aggregate; every ``decompress`` returns its parameter's slice.
 
-Identification: Horovod passes ``p.grad`` without a name.  With
-``named_parameters`` the compressor recognises each gradient by identity
-(``tensor is p.grad``) and orders the flat vector as ``named_parameters``
-does, whatever order the hooks fire in; without it, gradients are named
-``grad.<i>`` by the order of the ``compress`` calls, which Horovod keeps
-fixed for a given model.  Either way every step the ranks compare a
-fingerprint of names, shapes and dtypes, so a mismatch raises on all ranks.
+Identification: each gradient is recognised by its *parameter*, which
+Horovod's optimizer knows (``horovod_caller``), so the flat order is the
+``param_groups`` order on every rank, whatever order the hooks fire in and
+whichever parameters got no gradient this step.  Names come from the
+compressor's ``named_parameters`` if given, else from Horovod's (the
+optimizer's ``named_parameters``, or ``allreduce.noname.<group>.<index>``).
+Called outside a ``DistributedOptimizer`` (``hvd.allreduce(t,
+compression=...)``), gradients are found by identity among the given
+``named_parameters``, or named ``grad.<i>`` by call order.
+
+What the optimizer also tells, and what follows:
+
+* ``op``: ``hvd.Average`` and ``hvd.Sum`` are honoured; any other op raises;
+* a parameter with ``requires_grad=False`` (frozen after the optimizer was
+  built) is *held*: nothing of it is sent, the exchange returns zeros for it
+  and its residual waits until it is unfrozen;
+* an optimizer with ``momentum`` under a method that applies momentum
+  correction itself (DGC, gs-SGD) raises: the momentum would count twice.
+
+At the first ``compress`` ever -- before this rank has submitted anything to
+Horovod -- the ranks compare the whole model and the compressor's
+configuration, so a rank with an extra layer or another method raises
+:class:`~horovod_sparse.core.ModelMismatchError` /
+:class:`~horovod_sparse.core.ConfigurationMismatchError` everywhere instead of
+hanging in Horovod.  Every step's header repeats the check.
+
+Errors of a step that every rank raises alike (non-finite gradients,
+mismatches, the consistency guard) surface from the step's *last*
+``decompress``, after Horovod has synchronized every handle, and Horovod's
+pending handles are released: a caught error leaves the optimizer usable.
 
 Tensors that are not floating point, or empty, pass through unchanged
 (Horovod allreduces them as usual).
 """
 
-
 import torch
 
-from ..core import Layout, create
+from ..core import HorovodSparseError, Layout, create
 from ..core.compressor import WholeModelCompressor, method_factories
 from ..core.consistency import check_identical
+from ..core.methods.base import check_positive_int
 from .comm import HorovodTorchCommunicator
+from .horovod_caller import horovod_caller, reduction_of, release_pending, trained_parameters
 from .ops import TorchOps
+
+
+class _Gradient:
+    """One recorded ``compress`` call: which parameter, its gradient, whether held."""
+
+    __slots__ = ("name", "position", "tensor", "held")
+
+    def __init__(self, name, position, tensor, held=False):
+        self.name, self.position, self.tensor, self.held = name, position, tensor, held
 
 
 class _Slot:
@@ -49,11 +82,13 @@ class SparseCompressor(WholeModelCompressor):
     ----------
     sparsifier : a core sparsifier (``horovod_sparse.create(name, **kw)``).
     named_parameters : optional ``model.named_parameters()``; names the
-        residuals in ``state_dict`` and fixes the flattening order.
-    nonfinite : ``"raise"`` or ``"skip"`` (see ``core.exchange``).
+        residuals in ``state_dict``.  Read at the first step, so the same
+        generator may also be given to ``hvd.DistributedOptimizer``.
+    nonfinite : ``"raise"``, ``"skip"`` or ``"propagate"`` (for
+        ``torch.amp.GradScaler``; see ``core.exchange``).
     process_set : Horovod process set to exchange within (default: all ranks).
-    check_every : with ``named_parameters``, every this many steps check (before
-        the exchange) that all ranks hold bit-identical parameters; raises
+    check_every : every this many steps check (before the exchange) that all
+        ranks hold bit-identical parameters; raises
         :class:`~horovod_sparse.core.ParameterDivergenceError` naming the first
         differing tensor on every rank.  ``None`` (default) never checks.
 
@@ -65,65 +100,147 @@ class SparseCompressor(WholeModelCompressor):
     def __init__(self, sparsifier, named_parameters=None, nonfinite="raise", process_set=None,
                  check_every=None):
         super().__init__(sparsifier, nonfinite)
-        self._named = list(named_parameters) if named_parameters is not None else None
-        self._order = {name: i for i, (name, _) in enumerate(self._named or [])}
+        self._named_parameters = named_parameters
         self._process_set = process_set
-        if check_every is not None and (isinstance(check_every, bool) or not isinstance(
-                check_every, int) or check_every < 1 or self._named is None):
-            raise ValueError("check_every must be a positive integer (and named_parameters "
-                             f"given), got {check_every!r}")
-        self._check_every = check_every
-        self._recorded = []       # (name, tensor) compressed this step
-        self._aggregates = None   # per recorded slot, after the step's exchange
+        self._check_every = check_positive_int("check_every", check_every, allow_none=True)
+        self._parameters = None      # [(name, parameter)] in flattening order, from the first step
+        self._positions = None       # parameter -> position in _parameters
+        self._optimizer = None       # Horovod's DistributedOptimizer, when it is the caller
+        self._by_gradient = {}       # outside an optimizer: id(p.grad) -> position
+        self._recorded = []          # _Gradient per compress call this step
+        self._outcome = None         # the step's aggregates, or the error every rank raises
+        self._decompressed = 0
 
     # -- Horovod's Compressor interface ---------------------------------------
     def compress(self, tensor):
         if not tensor.is_floating_point() or tensor.numel() == 0:
             return tensor, None
-        if self._aggregates is not None:  # first compress after an exchange: a new step
-            self._aggregates, self._recorded = None, []
-        self._recorded.append((self._name_of(tensor), tensor))
+        if self._outcome is not None:  # first compress after an exchange: a new step
+            self._outcome, self._recorded, self._decompressed = None, [], 0
+        self._recorded.append(self._identify(tensor))
         # float32 whatever the gradient's dtype: Horovod cannot allreduce bfloat16 on CPU
         return torch.zeros(1, device=tensor.device), _Slot(len(self._recorded) - 1)
 
     def decompress(self, tensor, ctx):
         if ctx is None:
             return tensor
-        if self._aggregates is None:
-            self._aggregates = self._exchange_step()
-        return self._aggregates[ctx.index]
+        if self._outcome is None:
+            try:
+                self._outcome = self._exchange_step()
+            except HorovodSparseError as error:  # raised alike on every rank
+                self._outcome = error
+        self._decompressed += 1
+        if isinstance(self._outcome, HorovodSparseError):
+            if self._decompressed < len(self._recorded):
+                return self._recorded[ctx.index].tensor  # p.grad unchanged
+            if self._optimizer is not None:
+                release_pending(self._optimizer)
+            raise self._outcome
+        return self._outcome[ctx.index]
 
-    # -------------------------------------------------------------------------
+    # -- which gradient is this? ------------------------------------------------
+    def _identify(self, tensor):
+        caller = horovod_caller()
+        if self._parameters is None:
+            self._first_step(caller[0] if caller else None)
+        if caller is not None:
+            parameter = caller[1]
+            if parameter not in self._positions:
+                raise ValueError("a gradient handed to compress() belongs to none of the "
+                                 "parameters of the optimizer this compressor was first used with: "
+                                 "use one compressor per DistributedOptimizer")
+            position = self._positions[parameter]
+            return _Gradient(self._parameters[position][0], position, tensor,
+                             held=not parameter.requires_grad)
+        if not self._parameters:
+            return _Gradient(f"grad.{len(self._recorded)}", len(self._recorded), tensor)
+        position = self._position_of_gradient(tensor)
+        return _Gradient(self._parameters[position][0], position, tensor)
+
+    def _position_of_gradient(self, tensor):
+        """Outside an optimizer: the named parameter whose ``.grad`` is ``tensor``
+        (a lookup table rebuilt when gradients were replaced: O(1) amortized)."""
+        position = self._by_gradient.get(id(tensor))
+        if position is None or self._parameters[position][1].grad is not tensor:
+            self._by_gradient = {id(p.grad): i for i, (_, p) in enumerate(self._parameters)
+                                 if p.grad is not None}
+            position = self._by_gradient.get(id(tensor))
+            if position is None:
+                raise ValueError("a gradient handed to compress() belongs to none of the "
+                                 "named_parameters given to the compressor")
+        return position
+
+    def _first_step(self, optimizer):
+        """Fix names and order; with Horovod's optimizer, check it and the model on every
+        rank before this rank submits anything to Horovod."""
+        named = list(self._named_parameters) if self._named_parameters is not None else []
+        if optimizer is None:
+            if self._named_parameters is not None and not named:
+                raise ValueError("named_parameters given to the compressor is empty (a "
+                                 "generator consumed elsewhere?): pass "
+                                 "list(model.named_parameters())")
+            if self._check_every and not named:
+                raise ValueError("check_every needs named_parameters when the compressor is "
+                                 "used outside hvd.DistributedOptimizer")
+            self._parameters = named
+        else:
+            own_names = {p: name for name, p in named}
+            self._parameters = [(own_names.get(p, name), p)
+                                for name, p in trained_parameters(optimizer)]
+            self._optimizer = optimizer
+            self.reduction = reduction_of(optimizer.op)
+            self._check_momentum(optimizer)
+        self._positions = {p: i for i, (_, p) in enumerate(self._parameters)}
+        if optimizer is not None:
+            compressed = [(name, p) for name, p in self._parameters
+                          if p.is_floating_point() and p.numel()]
+            self.check_agreement(Layout(names=tuple(name for name, _ in compressed),
+                                        shapes=tuple(tuple(p.shape) for _, p in compressed),
+                                        dtypes=tuple(str(p.dtype) for _, p in compressed)))
+
+    def _check_momentum(self, optimizer):
+        momentum = self.sparsifier.momentum
+        theirs = sorted({group["momentum"] for group in optimizer.param_groups
+                         if group.get("momentum")})
+        if momentum and theirs:
+            raise ValueError(
+                f"{self.sparsifier.name} applies momentum correction itself (momentum={momentum}) "
+                f"and the optimizer adds momentum too (momentum={theirs[0]}): momentum would count "
+                f"twice.  Use the optimizer without momentum, or {self.sparsifier.name}"
+                "(momentum=0.0) to keep the optimizer's")
+
+    # -- the step ---------------------------------------------------------------
     def _ops(self):
         return TorchOps()
 
     def _communicator(self):
         return HorovodTorchCommunicator(self._process_set)
 
-    def _name_of(self, tensor):
-        if self._named is None:
-            return f"grad.{len(self._recorded)}"
-        for name, parameter in self._named:
-            if parameter.grad is tensor:
-                return name
-        raise ValueError("a gradient handed to compress() belongs to none of the "
-                         "named_parameters given to the compressor")
-
     def _exchange_step(self):
-        steps_done = self.gradient_exchange.step_count
-        if self._check_every and steps_done % self._check_every == 0:
-            check_parameters(self._named, self.comm)
-        order = sorted(range(len(self._recorded)),
-                       key=lambda i: self._order.get(self._recorded[i][0], i))
-        recorded = [self._recorded[i] for i in order]
-        layout = Layout(names=tuple(name for name, _ in recorded),
-                        shapes=tuple(tuple(t.shape) for _, t in recorded),
-                        dtypes=tuple(str(t.dtype) for _, t in recorded))
-        flat = self.exchange([t.detach().reshape(-1) for _, t in recorded], layout)
+        if self._optimizer is not None:
+            self._refuse_sparse_gradients()
+        if self._check_every and self.gradient_exchange.step_count % self._check_every == 0:
+            check_parameters(self._parameters, self.comm)
+        recorded = self._recorded
+        order = sorted(range(len(recorded)), key=lambda i: recorded[i].position)
+        layout = Layout(names=tuple(recorded[i].name for i in order),
+                        shapes=tuple(tuple(recorded[i].tensor.shape) for i in order),
+                        dtypes=tuple(str(recorded[i].tensor.dtype) for i in order))
+        held = tuple(j for j, i in enumerate(order) if recorded[i].held)
+        flat = self.exchange([recorded[i].tensor.detach().reshape(-1) for i in order], layout, held)
         aggregates = [None] * len(recorded)
-        for slot, (start, stop), (_, tensor) in zip(order, layout.bounds, recorded):
-            aggregates[slot] = flat[start:stop].view(tensor.shape).to(tensor.dtype)
+        for i, (start, stop) in zip(order, self.layout.bounds):
+            tensor = recorded[i].tensor
+            aggregates[i] = flat[start:stop].view(tensor.shape).to(tensor.dtype)
         return aggregates
+
+    def _refuse_sparse_gradients(self):
+        sparse = [name for name, p in self._parameters if p.grad is not None and p.grad.is_sparse]
+        if sparse:
+            raise TypeError(f"parameter(s) {sparse} have sparse gradients (e.g. "
+                            "torch.nn.Embedding(sparse=True)); horovod_sparse exchanges dense "
+                            "gradients: pass sparse_as_dense=True to hvd.DistributedOptimizer, or "
+                            "use a dense embedding")
 
 
 def check_parameters(named_parameters, comm=None):
@@ -144,7 +261,8 @@ class Compression:
             compression=horovod_sparse.torch.Compression.exdyna(density=0.001))
 
     Every factory takes ``density`` and the method's hyper-parameters, plus
-    the optional ``named_parameters``, ``nonfinite`` and ``process_set``.
+    the optional ``named_parameters``, ``nonfinite``, ``process_set`` and
+    ``check_every``.
     """
 
     @staticmethod

@@ -73,8 +73,8 @@ def mismatch(rank):
     shapes = [(10, 4), (4,)] if rank != 1 else [(10, 4), (5,)]
     named = [(f"p{i}", torch.nn.Parameter(torch.zeros(s))) for i, s in enumerate(shapes)]
     optimizer, _ = optimizer_for(named)
-    sum(p.sum() for _, p in named).backward()
-    try:
+    try:  # raised at the first compress, in backward, before Horovod sees anything
+        sum(p.sum() for _, p in named).backward()
         optimizer.step()
     except ModelMismatchError as error:
         return {"raised": "ModelMismatchError", "message": str(error)}

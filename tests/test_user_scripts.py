@@ -1,0 +1,24 @@
+"""The scripts Horovod users write (PyTorch, horovodrun -np 2): each ends as dense
+Horovod does or with a clear error on every rank -- never a hang, never a silently
+wrong gradient.  The rank program is ``tests/workers/torch_user_scripts.py``."""
+
+import pytest
+
+from launch import assert_rank_checks, horovodrun
+
+pytestmark = pytest.mark.horovod
+
+
+@pytest.mark.parametrize("scenario", [
+    "experts",      # unnamed gradients, data-dependent experts: same as dense, ranks identical
+    "ops",          # op=hvd.Sum honoured, hvd.Adasum refused by name
+    "checkpoints",  # rank 0's own state loaded elsewhere raises; one-rank gather times out
+    "nonfinite",    # NaN at the first step: raise/skip on every rank; a caught error recovers
+    "grad_scaler",  # nonfinite="propagate": GradScaler's scale follows dense's
+    "mismatches",   # extra layer, other method, other density: errors, no hang
+    "frozen",       # a layer frozen mid-training is not moved; its residual is held
+    "slips",        # uncalled factory, shared generator, sparse embedding, momentum twice
+])
+def test_user_script_behaves_like_dense_horovod_or_fails_clearly(scenario):
+    assert_rank_checks(horovodrun(2, "tests/workers/torch_user_scripts.py", scenario,
+                                  timeout=240), 2)

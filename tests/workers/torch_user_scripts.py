@@ -1,0 +1,366 @@
+"""Rank program (horovodrun -np 2): the scripts Horovod users write, with and
+without horovod_sparse.  ``python torch_user_scripts.py <scenario>``; every rank
+prints ``{"rank": r, "checks": {name: true | message}}``.
+
+No script names its parameters for the compressor: ``compression=`` is the only
+change to a dense Horovod script.  "Same as dense" is bit for bit: at density 1
+with two ranks every method's average equals Horovod's (``a/2 + b/2 == (a+b)/2``).
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+import horovod.torch as hvd
+
+import horovod_sparse.torch as hs
+from horovod_sparse.core import (ConfigurationMismatchError, ModelMismatchError,
+                                 NonFiniteGradientError, ParameterDivergenceError)
+
+
+def check(condition, message):
+    return True if condition else message
+
+
+def digest(model):
+    """Every rank's parameters, flattened, gathered: ``(P, n)``."""
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return hvd.allgather(flat[None])
+
+
+def same_on_all_ranks(model):
+    gathered = digest(model)
+    return bool((gathered == gathered[0]).all())
+
+
+def raised_everywhere(error_type, action):
+    """Run ``action``; the name of what it raised, or ``None``."""
+    try:
+        action()
+    except error_type as error:
+        return type(error).__name__, str(error)
+    return None, ""
+
+
+# -- 1. a mixture of experts without names -----------------------------------------
+class MixtureOfExperts(torch.nn.Module):
+    """Three experts of one shape; which ones get tokens depends on the data."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = torch.nn.Linear(6, 5)
+        self.experts = torch.nn.ModuleList(torch.nn.Linear(5, 5) for _ in range(3))
+        self.head = torch.nn.Linear(5, 1)
+
+    def forward(self, x, expert_of):
+        hidden = torch.relu(self.trunk(x))
+        mixed = torch.zeros_like(hidden)
+        for e, expert in enumerate(self.experts):
+            tokens = expert_of == e
+            if tokens.any():
+                mixed[tokens] = expert(hidden[tokens])
+        return self.head(mixed).sum()
+
+
+def train_experts(compression, steps=6):
+    torch.manual_seed(0)
+    model = MixtureOfExperts()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                         compression=compression)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    for step in range(steps):
+        generator = torch.Generator().manual_seed(100 * step + hvd.rank())
+        x = torch.randn(12, 6, generator=generator)
+        expert_of = torch.randint(0, 3, (12,), generator=generator)
+        if hvd.rank() == 1:  # this rank's batch skips one expert, a different one each step
+            expert_of[expert_of == step % 3] = (step + 1) % 3
+        optimizer.zero_grad()
+        model(x, expert_of).backward()
+        optimizer.step()
+    return model
+
+
+def experts():
+    dense = digest(train_experts(hvd.Compression.none))
+    checks = {}
+    for method in ("topk", "randomk", "deft"):  # density 1 sends everything: dense's average
+        sparse = digest(train_experts(hs.Compression.create(method, density=1.0)))
+        checks[f"{method}_d1_equals_dense"] = check(torch.equal(sparse, dense),
+                                                     f"{method}: differs from dense")
+    for method, density in (("exdyna", 1.0), ("exdyna", 0.3), ("topk", 0.3)):
+        try:  # the guard compares every rank's parameters before every exchange
+            model = train_experts(hs.Compression.create(method, density=density, check_every=1))
+            identical = check(same_on_all_ranks(model), "ranks diverged")
+        except ParameterDivergenceError as error:
+            identical = str(error)
+        checks[f"{method}_d{density}_ranks_identical"] = identical
+    return checks
+
+
+# -- 2. Horovod's op ---------------------------------------------------------------
+def reduced_gradient(op, compression):
+    torch.manual_seed(1)
+    model = torch.nn.Linear(7, 3)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         compression=compression, op=op)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    torch.manual_seed(2 + hvd.rank())
+    model(torch.randn(4, 7)).square().sum().backward()
+    optimizer.synchronize()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def ops():
+    dense = reduced_gradient(hvd.Sum, hvd.Compression.none)
+    sparse = reduced_gradient(hvd.Sum, hs.Compression.topk(density=1.0))
+    averaged = reduced_gradient(hvd.Average, hs.Compression.topk(density=1.0))
+    name, message = raised_everywhere(
+        ValueError, lambda: reduced_gradient(hvd.Adasum, hs.Compression.exdyna(density=0.5)))
+    return {"sum_equals_dense": check(torch.equal(sparse, dense), "op=hvd.Sum differs"),
+            "average_is_sum_over_P": check(torch.equal(averaged * hvd.size(), dense),
+                                           "Average != Sum / P"),
+            "adasum_raises": check(name == "ValueError" and "hvd.Adasum" in message, message)}
+
+
+# -- 3. checkpoints the usual way --------------------------------------------------
+def small_run(steps=3):
+    torch.manual_seed(3)
+    model = torch.nn.Linear(9, 4)
+    compression = hs.Compression.exdyna(density=0.25)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters(),
+                                         compression=compression)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    for step in range(steps):
+        torch.manual_seed(10 * step + hvd.rank())
+        optimizer.zero_grad()
+        model(torch.randn(5, 9)).sum().backward()
+        optimizer.step()
+    return model, compression
+
+
+def checkpoints():
+    _, compression = small_run()
+    path = hvd.broadcast_object(os.path.join(tempfile.mkdtemp(), "checkpoint.pt"), root_rank=0)
+    if hvd.rank() == 0:  # the usual Horovod pattern: rank 0 saves its own state_dict()
+        torch.save({"compression": compression.state_dict()}, path)
+    hvd.allreduce(torch.zeros(1), name="saved")  # a barrier
+    _, fresh = small_run(steps=0)
+    name, message = raised_everywhere(
+        ValueError, lambda: fresh.load_state_dict(torch.load(path, weights_only=False)["compression"]))
+    expected = None if hvd.rank() == 0 else "ValueError"
+    checks = {"own_state_elsewhere_raises": check(
+        name == expected and (expected is None or "state_dict(all_ranks=True)" in message),
+        f"rank {hvd.rank()}: {name} {message}")}
+    gathered = compression.state_dict(all_ranks=True)  # every rank: fine
+    checks["gathered_loads_everywhere"] = check(
+        raised_everywhere(ValueError, lambda: fresh.load_state_dict(gathered))[0] is None,
+        "gathered state refused")
+    if hvd.rank() == 0:  # collective on one rank only: a clear error, not a hang
+        name, message = raised_everywhere(
+            TimeoutError, lambda: compression.state_dict(all_ranks=True, timeout=3.0))
+        checks["one_rank_gather_times_out"] = check(
+            name == "TimeoutError" and "every rank must call it" in message, message)
+    else:
+        time.sleep(5.0)
+    return checks
+
+
+# -- 4. a NaN at the first step, and a caught error ---------------------------------
+def first_step_nan(method, policy):
+    torch.manual_seed(4)
+    model = torch.nn.Linear(16, 8)
+    compression = hs.Compression.create(method, density=0.1, nonfinite=policy)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         compression=compression)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    seen = []
+    for step in range(3):
+        optimizer.zero_grad()
+        x = torch.randn(3, 16)
+        if step == 0 and hvd.rank() == 1:
+            x[0, 0] = float("nan")
+        model(x).sum().backward()
+        try:
+            optimizer.step()
+            seen.append("skipped" if compression.metrics().skipped else "ok")
+        except NonFiniteGradientError as error:
+            seen.append(f"raised {error.ranks}")
+    finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    return seen, finite and same_on_all_ranks(model)
+
+
+def nonfinite():
+    checks = {}
+    for method in ("micro", "exdyna", "deft", "gtopk"):
+        for policy, expected in (("raise", ["raised [1]", "ok", "ok"]),
+                                 ("skip", ["skipped", "ok", "ok"])):
+            seen, healthy = first_step_nan(method, policy)
+            checks[f"{method}_{policy}"] = check(seen == expected and healthy, f"{seen} {healthy}")
+    return checks
+
+
+# -- 5. mixed precision with GradScaler -------------------------------------------
+def scaled_run(compression, init_scale, steps=6):
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.ReLU(), torch.nn.Linear(10, 2))
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                         compression=compression)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=2)
+    scales = []
+    for step in range(steps):
+        torch.manual_seed(20 * step + hvd.rank())
+        x = torch.randn(4, 10)
+        if step == 2 and hvd.rank() == 1:
+            x[0] = float("inf")  # an overflow on one rank only
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x).float().square().mean()
+        scaler.scale(loss).backward()
+        optimizer.synchronize()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        with optimizer.skip_synchronize():
+            scaler.step(optimizer)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return scales, model
+
+
+def grad_scaler():
+    checks = {}
+    for init_scale in (2.0 ** 10, 2.0 ** 127):
+        dense_scales, _ = scaled_run(hvd.Compression.none, init_scale)
+        scales, model = scaled_run(hs.Compression.exdyna(density=0.5, nonfinite="propagate"),
+                                   init_scale)
+        checks[f"scales_as_dense_{init_scale:g}"] = check(scales == dense_scales,
+                                                         f"{scales} vs dense {dense_scales}")
+        checks[f"ranks_identical_{init_scale:g}"] = check(same_on_all_ranks(model), "diverged")
+    return checks
+
+
+# -- 6. mismatches that used to hang --------------------------------------------------
+def mismatch_run(layers, method, density):
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(layers)])
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        compression=hs.Compression.create(method, density=density))
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+
+
+def mismatches():
+    rank = hvd.rank()
+    cases = {"extra_last_layer": (ModelMismatchError, (2 + rank, "exdyna", 0.5)),
+             "topk_vs_gtopk": (ConfigurationMismatchError,
+                               (2, ("topk", "gtopk")[rank], 0.5)),
+             "densities": (ConfigurationMismatchError, (2, "exdyna", (0.5, 0.25)[rank]))}
+    checks = {}
+    for name, (error_type, arguments) in cases.items():
+        raised, message = raised_everywhere(error_type, lambda: mismatch_run(*arguments))
+        checks[name] = check(raised == error_type.__name__, f"{raised}: {message}")
+    return checks
+
+
+# -- 7. a layer frozen mid-training --------------------------------------------------
+def frozen_run(compression, steps=6, freeze_at=2):
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 3))
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         compression=compression)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    at_freeze = None
+    for step in range(steps):
+        if step == freeze_at:
+            model[0].requires_grad_(False)
+            at_freeze = [p.detach().clone() for p in model[0].parameters()]
+        torch.manual_seed(30 * step + hvd.rank())
+        optimizer.zero_grad()
+        model(torch.randn(4, 8)).square().sum().backward()
+        optimizer.step()
+    unmoved = all(torch.equal(p, q) for p, q in zip(model[0].parameters(), at_freeze))
+    return model, unmoved
+
+
+def frozen():
+    checks = {}
+    _, dense_unmoved = frozen_run(hvd.Compression.none)
+    checks["dense_frozen_layer_unmoved"] = check(dense_unmoved, "dense moved it")
+    for method in ("exdyna", "topk", "randomk"):
+        compression = hs.Compression.create(method, density=0.2)
+        model, unmoved = frozen_run(compression)
+        residual = compression.state_dict()["residuals"]["allreduce.noname.0.0"]
+        checks[f"{method}_frozen_layer_unmoved"] = check(unmoved, "the exchange moved it")
+        checks[f"{method}_residual_held"] = check(bool(abs(residual).sum() > 0),
+                                                  "the frozen layer's residual was dropped")
+        checks[f"{method}_ranks_identical"] = check(same_on_all_ranks(model), "diverged")
+    return checks
+
+
+# -- 9, 10. common slips -------------------------------------------------------------
+def slips():
+    checks = {}
+
+    def uncalled_factory():
+        model = torch.nn.Linear(3, 2)
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             compression=hs.Compression.exdyna)
+        model(torch.ones(1, 3)).sum().backward()
+        optimizer.step()
+
+    name, message = raised_everywhere(TypeError, uncalled_factory)
+    checks["uncalled_factory"] = check(name == "TypeError" and "exdyna(density=" in message,
+                                       message)
+
+    model = torch.nn.Linear(3, 2)
+    named = model.named_parameters()  # one generator for both
+    compression = hs.Compression.exdyna(density=0.5, named_parameters=named)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=named, compression=compression)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    checks["shared_generator"] = check(
+        sorted(compression.state_dict()["residuals"]) == ["bias", "weight"],
+        str(sorted(compression.state_dict()["residuals"])))
+
+    def sparse_embedding():
+        model = torch.nn.Sequential(torch.nn.Embedding(10, 4, sparse=True), torch.nn.Linear(4, 2))
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             compression=hs.Compression.exdyna(density=0.5))
+        model(torch.tensor([1, 2])).sum().backward()
+        optimizer.step()
+
+    name, message = raised_everywhere(TypeError, sparse_embedding)
+    checks["sparse_embedding"] = check(name == "TypeError" and "sparse_as_dense" in message,
+                                       message)
+
+    def momentum_twice():
+        model = torch.nn.Linear(3, 2)
+        optimizer = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+            compression=hs.Compression.dgc(density=0.5))
+        model(torch.ones(1, 3)).sum().backward()
+        optimizer.step()
+
+    name, message = raised_everywhere(ValueError, momentum_twice)
+    checks["momentum_twice"] = check(name == "ValueError" and "twice" in message, message)
+    return checks
+
+
+SCENARIOS = {"experts": experts, "ops": ops, "checkpoints": checkpoints, "nonfinite": nonfinite,
+             "grad_scaler": grad_scaler, "mismatches": mismatches, "frozen": frozen,
+             "slips": slips}
+
+
+def main():
+    hvd.init()
+    checks = SCENARIOS[sys.argv[1]]()
+    print(json.dumps({"rank": hvd.rank(), "checks": checks}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
