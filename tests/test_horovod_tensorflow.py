@@ -50,7 +50,7 @@ def test_tensorflow_equals_pytorch(tmp_path):
                 np.testing.assert_array_equal(tf_run[key], torch_run[key], f"{cases[index]} {key}")
 
 
-@pytest.mark.parametrize("scenario", ["errors", "checkpoint", "keras"])
+@pytest.mark.parametrize("scenario", ["errors", "checkpoint", "keras", "user_script"])
 def test_tensorflow_behaviour(scenario, tmp_path):
     """Each scenario's checks hold on every rank (see workers/tf_behaviour.py)."""
     assert_rank_checks(horovodrun(2, "tests/workers/tf_behaviour.py", scenario, tmp_path), 2)

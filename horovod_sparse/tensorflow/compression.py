@@ -107,7 +107,8 @@ class SparseCompressor(WholeModelCompressor, Trackable):
         self._trace = None
         self._gathered = None
 
-    # -- Horovod's Compressor interface ---------------------------------------
+    # -- Horovod's Compressor interface (plain Python: AutoGraph must not convert it)
+    @tf.autograph.experimental.do_not_convert
     def compress(self, tensor):
         if not tensor.dtype.is_floating or tensor.shape.num_elements() == 0:
             return tensor, None
@@ -118,6 +119,7 @@ class SparseCompressor(WholeModelCompressor, Trackable):
                 self.reduction = trace.caller.reduction
         return tf.zeros([1], tf.float32), _Slot(trace, trace.record(tensor))
 
+    @tf.autograph.experimental.do_not_convert
     def decompress(self, tensor, ctx):
         if ctx is None:
             return tensor

@@ -6,9 +6,11 @@ Horovod's tape and Keras optimizer reduce through one function,
 which drops ``None`` gradients before grouping and knows, for every gradient,
 the position of its variable in ``vars`` (``index_group``) and the reduction
 ``op``.  ``compress`` only sees the gradient tensor; :func:`horovod_caller`
-finds that frame on the stack (by function name and Horovod's file) while the
-graph is traced, so the compressor can lay out the *whole* model -- including
-variables whose gradient is ``None`` this step -- identically on every rank.
+finds that frame on the stack while the graph is traced (by its name: in
+eager mode Horovod wraps it in a ``tf.function``, and AutoGraph's conversion
+renames it ``tf__allreduce_grads``), so the compressor can lay out the
+*whole* model -- including variables whose gradient is ``None`` this step --
+identically on every rank.
 """
 
 import sys
@@ -18,8 +20,10 @@ import tensorflow as tf
 
 from ..core import Layout
 
-_HOROVOD_FILE = hvd.__file__
-_SEARCH_DEPTH = 12  # frames between compress() and allreduce_grads (tf.cond, grouping)
+_NAMES = ("allreduce_grads", "tf__allreduce_grads")
+_SEARCH_DEPTH = 64  # frames between compress() and allreduce_grads (tf.cond, AutoGraph)
+_LOCALS = {"vars": (list, tuple), "grads": (list, tuple), "index_group": list, "grad_group": list,
+           "op": int}
 _REDUCTIONS = {hvd.Average: "average", hvd.Sum: "sum"}
 
 
@@ -50,18 +54,25 @@ class HorovodStep:
 
 def horovod_caller():
     """:class:`HorovodStep` of the ``allreduce_grads`` call being traced, or ``None``
-    (a direct ``hvd.grouped_allreduce(..., compression=...)``, no ``vars``)."""
+    (a direct ``hvd.grouped_allreduce(..., compression=...)``, no ``vars``).
+
+    Under AutoGraph the loop's ``index_group``/``grad_group`` live in a converted
+    loop body below ``tf__allreduce_grads`` (which holds placeholders for them), so
+    each name is taken from the nearest frame that holds a real value."""
+    found = {}
     frame = sys._getframe(1)
     for _ in range(_SEARCH_DEPTH):
         if frame is None:
             return None
-        code = frame.f_code
-        if code.co_name == "allreduce_grads" and code.co_filename == _HOROVOD_FILE:
-            scope = frame.f_locals
-            if scope.get("vars") is None or "index_group" not in scope:
+        scope = frame.f_locals
+        for name, kind in _LOCALS.items():
+            if name not in found and isinstance(scope.get(name), kind):
+                found[name] = scope[name]
+        if frame.f_code.co_name in _NAMES:
+            if len(found) < len(_LOCALS):
                 return None
-            return HorovodStep(scope["vars"], scope["grads"], scope["index_group"],
-                               scope["grad_group"], scope["op"])
+            return HorovodStep(found["vars"], found["grads"], found["index_group"],
+                               found["grad_group"], found["op"])
         frame = frame.f_back
     return None
 

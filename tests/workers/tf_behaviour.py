@@ -187,11 +187,70 @@ def keras(rank, _):
     return checks
 
 
+def user_script(rank, _):
+    """What a tape user meets (issue-style checks beside dense Horovod): a branch
+    whose variable gets no gradient on some steps, op=hvd.Sum, a NaN at the first
+    step, another method on one rank, and nonfinite="propagate"."""
+    checks = {}
+
+    def run(compression, steps=4, op=hvd.Average, nan_at=None):
+        tf.keras.utils.set_random_seed(0)
+        trunk, branch = tf.Variable(tf.ones([5, 3])), tf.Variable(tf.ones([4]))
+        seen = []
+        for step in range(steps):
+            with tf.GradientTape() as tape:
+                x = tf.ones([2, 5]) * (rank + 1 + step)
+                if nan_at == step and rank == 1:
+                    x = x * np.nan
+                loss = tf.reduce_sum(tf.matmul(x, trunk))
+                if step % 2:  # the branch: no gradient on even steps
+                    loss += tf.reduce_sum(branch * branch)
+            tape = hvd.DistributedGradientTape(tape, groups=1, compression=compression, op=op)
+            try:
+                grads = tape.gradient(loss, [trunk, branch])
+            except Exception as error:  # noqa: BLE001 (TensorFlow wraps ours)
+                seen.append(str(error))
+                continue
+            seen.append([None if g is None else g.numpy() for g in grads])
+            for variable, grad in zip((trunk, branch), grads):
+                if grad is not None:
+                    variable.assign_sub(0.01 * grad)
+        return seen, (trunk.numpy(), branch.numpy())
+
+    def equal(a, b):
+        return len(a) == len(b) and all(
+            (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
+            for row_a, row_b in zip(a, b) for x, y in zip(row_a, row_b))
+
+    for op, name in ((hvd.Average, "average"), (hvd.Sum, "sum")):
+        dense, _ = run(hvd.Compression.none, op=op)
+        sparse, _ = run(hs.Compression.topk(density=1.0), op=op)
+        checks[f"branch without gradient, {name}: same as dense"] = equal(dense, sparse) or (
+            f"{sparse} vs {dense}")
+    compression = hs.Compression.exdyna(density=0.3)
+    seen, _ = run(compression, steps=3)
+    held = compression.state_dict()["residuals"]["grad.1"]
+    checks["branch's residual held on steps without gradient"] = bool(
+        seen[2][1] is None and np.any(held)) or str(held)
+    for method in ("micro", "exdyna", "deft"):
+        seen, _ = run(hs.Compression.create(method, density=0.3), steps=2, nan_at=0)
+        checks[f"{method}: NaN at the first step raises on every rank"] = (
+            "non-finite" in str(seen[0]) and not isinstance(seen[1], str)) or str(seen)
+        seen, _ = run(hs.Compression.create(method, density=0.3, nonfinite="propagate"),
+                      steps=2, nan_at=0)
+        checks[f"{method}: propagate gives NaN on every rank"] = bool(
+            np.isnan(seen[0][0]).all() and np.isfinite(seen[1][0]).all()) or str(seen)
+    seen, _ = run(hs.Compression.create(("topk", "gtopk")[rank], density=0.3), steps=1)
+    checks["another method on one rank raises on every rank"] = (
+        "compression" in str(seen[0]) and "differs from rank" in str(seen[0])) or str(seen)
+    return checks
+
+
 def main():
     scenario, directory = sys.argv[1], sys.argv[2]
     hvd.init()
-    checks = {"errors": errors, "checkpoint": checkpoint, "keras": keras}[scenario](
-        hvd.rank(), directory)
+    checks = {"errors": errors, "checkpoint": checkpoint, "keras": keras,
+              "user_script": user_script}[scenario](hvd.rank(), directory)
     print(json.dumps({"rank": hvd.rank(), "checks": checks}), flush=True)
 
 
