@@ -1,0 +1,167 @@
+"""The step protocol on simulated ranks: header first (enforced), configuration
+fingerprints, non-finite policies at the first step, reductions, held gradients,
+and the index width on the wire."""
+
+import numpy as np
+import pytest
+
+from gradients import SHAPES, dyadic_gradient
+from harness import layout_of
+from horovod_sparse import available, create
+from horovod_sparse.core import (ConfigurationMismatchError, GradientExchange, Layout,
+                                 NonFiniteGradientError, NumpyOps, SimulatedCommunicator,
+                                 run_simulated)
+from horovod_sparse.core.exchange import StepContext
+from horovod_sparse.core.methods.base import Sparsifier
+
+LAYOUT = layout_of(SHAPES)
+
+
+def run_steps(method, grads, options=None, exchange_options=None, held=()):
+    """Every rank's ``(outputs, exchange)`` for ``grads[rank][step]``; an error a
+    step raises is its output."""
+    def worker(comm):
+        exchange = GradientExchange(create(method, density=0.05, **(options or {})), NumpyOps(),
+                                    comm, **(exchange_options or {}))
+        outputs = []
+        for flat in grads[comm.rank]:
+            try:
+                aggregate = exchange.step([flat[s:e] for s, e in LAYOUT.bounds], LAYOUT, held)
+                outputs.append(np.array(aggregate))
+            except (NonFiniteGradientError, ConfigurationMismatchError) as error:
+                outputs.append(error)
+        return outputs, exchange
+    return run_simulated(len(grads), worker)
+
+
+def clean_grads(size, steps):
+    return [[dyadic_gradient(0, t, r) for t in range(steps)] for r in range(size)]
+
+
+class RecordingCommunicator(SimulatedCommunicator):
+    """Remembers the name of every collective it runs."""
+
+    def __init__(self, rank, group, calls):
+        super().__init__(rank, group)
+        self.calls = calls
+
+    def _timed(self, collective, *args):
+        self.calls.append(collective.__name__)
+        return super()._timed(collective, *args)
+
+
+@pytest.mark.parametrize("method", available())
+def test_every_method_exchanges_the_header_first(method):
+    calls = {}
+
+    def worker(comm):
+        recording = RecordingCommunicator(comm.rank, comm._group, calls.setdefault(comm.rank, []))
+        exchange = GradientExchange(create(method, density=0.05), NumpyOps(), recording)
+        for step in range(3):
+            del recording.calls[:]
+            flat = dyadic_gradient(0, step, comm.rank)
+            exchange.step([flat[s:e] for s, e in LAYOUT.bounds], LAYOUT)
+            assert recording.calls[0] == "_allgather_host", (method, step, recording.calls)
+        return True
+
+    assert run_simulated(2, worker) == [True, True]
+
+
+class _PayloadFirst(Sparsifier):
+    name = "payload_first"
+
+    def exchange(self, acc, context):
+        context.allreduce_sum(acc)
+
+
+def test_a_payload_collective_before_the_header_raises():
+    def worker(comm):
+        exchange = GradientExchange(_PayloadFirst(0.5), NumpyOps(), comm)
+        with pytest.raises(RuntimeError, match="before the step's header"):
+            exchange.step([np.ones(4, dtype=np.float32)], layout_of([(4,)]))
+        return True
+
+    assert run_simulated(2, worker) == [True, True]
+
+
+@pytest.mark.parametrize("method", available())
+def test_nan_at_the_first_step_follows_the_policy_on_every_rank(method):
+    grads = clean_grads(3, 2)
+    grads[1][0] = grads[1][0].copy()
+    grads[1][0][5] = np.nan
+    for outputs, exchange in run_steps(method, grads):
+        assert isinstance(outputs[0], NonFiniteGradientError) and outputs[0].ranks == [1]
+        assert not isinstance(outputs[1], Exception) and np.isfinite(outputs[1]).all()
+    for policy, check in (("skip", lambda out: not out.any()),
+                          ("propagate", lambda out: np.isnan(out).all())):
+        for outputs, exchange in run_steps(method, grads, exchange_options={"nonfinite": policy}):
+            assert check(outputs[0]), (method, policy)
+            assert np.isfinite(outputs[1]).all() and exchange.history[0].skipped
+
+
+def test_ranks_with_different_configurations_fail_on_every_rank():
+    def worker(comm):
+        exchange = GradientExchange(create("exdyna", density=(0.05, 0.1)[comm.rank]), NumpyOps(),
+                                    comm)
+        flat = dyadic_gradient(0, 0, comm.rank)
+        with pytest.raises(ConfigurationMismatchError, match=r"ExDyna\(density=0\.") as raised:
+            exchange.step([flat[s:e] for s, e in LAYOUT.bounds], LAYOUT)
+        return raised.value.ranks
+
+    assert run_simulated(2, worker) == [[1], [0]]
+
+
+@pytest.mark.parametrize("method", available())
+def test_sum_reduction_is_p_times_the_average_with_the_same_residuals(method):
+    grads = clean_grads(4, 3)
+    averaged = run_steps(method, grads)
+    summed = run_steps(method, grads, exchange_options={"reduction": "sum"})
+    for (avg_out, avg), (sum_out, total) in zip(averaged, summed):
+        for a, s in zip(avg_out, sum_out):
+            np.testing.assert_array_equal(s, 4 * a)
+        np.testing.assert_array_equal(total.feedback.residual, avg.feedback.residual)
+
+
+@pytest.mark.parametrize("method", available())
+def test_held_gradients_send_nothing_and_keep_their_residuals(method):
+    grads = clean_grads(2, 4)
+    held_entry = 1
+    start, stop = LAYOUT.bounds[held_entry]
+
+    def worker(comm):
+        exchange = GradientExchange(create(method, density=0.05), NumpyOps(), comm)
+        flat = grads[comm.rank][0]
+        exchange.step([flat[s:e] for s, e in LAYOUT.bounds], LAYOUT)
+        before = {"residual": np.array(exchange.feedback.residual[start:stop])}
+        if exchange.feedback.velocity is not None:
+            before["velocity"] = np.array(exchange.feedback.velocity[start:stop])
+        for flat in grads[comm.rank][1:]:
+            out = exchange.step([flat[s:e] for s, e in LAYOUT.bounds], LAYOUT, (held_entry,))
+            assert not out[start:stop].any()
+        np.testing.assert_array_equal(exchange.feedback.residual[start:stop], before["residual"])
+        if "velocity" in before:
+            np.testing.assert_array_equal(exchange.feedback.velocity[start:stop],
+                                          before["velocity"])
+        return True
+
+    assert run_simulated(2, worker) == [True, True]
+
+
+@pytest.mark.parametrize("n, wire", [(1000, np.int32), (2 ** 31 + 10, np.int64)])
+def test_indices_travel_as_int32_only_when_every_position_fits(n, wire):
+    layout = Layout(names=("huge",), shapes=((n,),), dtypes=("float32",))
+    sent = np.array([0, n - 1], dtype=np.int64)
+
+    def worker(comm):
+        seen = []
+        comm._allgather = lambda x, counts, inner=comm._allgather: seen.append(x.dtype) or inner(
+            x, counts)
+        context = StepContext(NumpyOps(), comm, layout, 0, "configuration", True, None, None)
+        context.exchange_header()
+        gathered = context.allgather_indices(sent, [2, 2])
+        return gathered, seen
+
+    for gathered, seen in run_simulated(2, worker):
+        assert seen == [np.dtype(wire)]
+        np.testing.assert_array_equal(gathered, np.concatenate([sent, sent]))
+        assert gathered.dtype == np.int64
