@@ -48,7 +48,7 @@ def soak(method, steps, density):
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     named = list(model.named_parameters())
     compression = hs.Compression.create(method, density=density, named_parameters=named)
-    momentum = 0.0 if compression.sparsifier.momentum else 0.9
+    momentum = 0.0 if compression.owns_momentum else 0.9
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.02,
                                                          momentum=momentum),
                                          named_parameters=named, compression=compression)

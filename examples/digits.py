@@ -55,7 +55,7 @@ def make_optimizer(method, model, density, lr, **options):
                                            **options)
         # DGC and gs-SGD apply momentum inside the compressor (momentum
         # correction): the optimizer must then not add it again.
-        momentum = 0.0 if compressor.sparsifier.momentum else 0.9
+        momentum = 0.0 if compressor.owns_momentum else 0.9
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr,
                                                          momentum=momentum),
                                          named_parameters=named, compression=compressor)

@@ -78,7 +78,7 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
     compressor, momentum = hvd.Compression.none, 0.9
     if compression != "none":
         compressor = hs.Compression.create(compression, density=density)
-        momentum = 0.0 if compressor.sparsifier.momentum else 0.9  # DGC, gs-SGD: inside
+        momentum = 0.0 if compressor.owns_momentum else 0.9  # DGC, gs-SGD: inside
     schedule = tf.keras.optimizers.schedules.CosineDecay(lr, decay_steps=epochs * steps_per_epoch)
     optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(schedule, momentum=momentum),
                                          compression=compressor, groups=1)

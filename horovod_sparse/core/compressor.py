@@ -41,6 +41,12 @@ class WholeModelCompressor:
         return self.gradient_exchange.step(flat_grads, self.layout, held)
 
     @property
+    def owns_momentum(self):
+        """Whether the method applies momentum itself (DGC, gs-SGD): then the
+        optimizer must not (the PyTorch compressor raises if it does)."""
+        return bool(self.sparsifier.momentum)
+
+    @property
     def configuration(self):
         """The configuration every rank must share (see ``core.exchange``)."""
         return configuration(self.sparsifier, self._nonfinite, self.reduction)
@@ -116,6 +122,18 @@ class WholeModelCompressor:
 
     def _communicator(self):
         raise NotImplementedError
+
+
+def reduction_of(op, horovod):
+    """``"average"`` or ``"sum"`` for Horovod's ``op`` (``horovod``: the framework's
+    ``horovod.torch`` or ``horovod.tensorflow``); any other op raises ``ValueError``."""
+    if op == horovod.Average:
+        return "average"
+    if op == horovod.Sum:
+        return "sum"
+    name = "hvd.Adasum" if op == horovod.Adasum else f"op={op!r}"
+    raise ValueError(f"horovod_sparse supports op=hvd.Average (the default) and op=hvd.Sum, "
+                     f"not {name}: sparse gradients are averaged or summed")
 
 
 def method_factories(cls):

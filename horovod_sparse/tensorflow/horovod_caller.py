@@ -19,12 +19,12 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from ..core import Layout
+from ..core.compressor import reduction_of
 
 _NAMES = ("allreduce_grads", "tf__allreduce_grads")
 _SEARCH_DEPTH = 64  # frames between compress() and allreduce_grads (tf.cond, AutoGraph)
 _LOCALS = {"vars": (list, tuple), "grads": (list, tuple), "index_group": list, "grad_group": list,
            "op": int}
-_REDUCTIONS = {hvd.Average: "average", hvd.Sum: "sum"}
 
 
 class HorovodStep:
@@ -36,7 +36,7 @@ class HorovodStep:
     """
 
     def __init__(self, variables, grads, index_group, grad_group, op):
-        self.reduction = reduction_of(op)
+        self.reduction = reduction_of(op, hvd)
         entries = [i for i, (variable, grad) in enumerate(zip(variables, grads))
                    if variable.dtype.is_floating and variable.shape.num_elements()
                    and not isinstance(grad, tf.IndexedSlices)]
@@ -75,12 +75,3 @@ def horovod_caller():
                                found["grad_group"], found["op"])
         frame = frame.f_back
     return None
-
-
-def reduction_of(op):
-    """``"average"`` or ``"sum"`` for Horovod's ``op``; any other op raises."""
-    if op in _REDUCTIONS:
-        return _REDUCTIONS[op]
-    name = "hvd.Adasum" if op == hvd.Adasum else f"op={op!r}"
-    raise ValueError(f"horovod_sparse supports op=hvd.Average (the default) and op=hvd.Sum, "
-                     f"not {name}: sparse gradients are averaged or summed")

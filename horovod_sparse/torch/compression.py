@@ -48,14 +48,15 @@ Tensors that are not floating point, or empty, pass through unchanged
 (Horovod allreduces them as usual).
 """
 
+import horovod.torch as hvd
 import torch
 
 from ..core import HorovodSparseError, Layout, create
-from ..core.compressor import WholeModelCompressor, method_factories
+from ..core.compressor import WholeModelCompressor, method_factories, reduction_of
 from ..core.consistency import check_identical
 from ..core.methods.base import check_positive_int
 from .comm import HorovodTorchCommunicator
-from .horovod_caller import horovod_caller, reduction_of, release_pending, trained_parameters
+from .horovod_caller import horovod_caller, release_pending, trained_parameters
 from .ops import TorchOps
 
 
@@ -188,7 +189,7 @@ class SparseCompressor(WholeModelCompressor):
             self._parameters = [(own_names.get(p, name), p)
                                 for name, p in trained_parameters(optimizer)]
             self._optimizer = optimizer
-            self.reduction = reduction_of(optimizer.op)
+            self.reduction = reduction_of(optimizer.op, hvd)
             self._check_momentum(optimizer)
         self._positions = {p: i for i, (_, p) in enumerate(self._parameters)}
         if optimizer is not None:

@@ -12,7 +12,10 @@ optimizer, call ``zero_grad``/``backward``/``step`` as usual::
 
 Each step's exchange is one Horovod ``alltoall`` with per-rank splits (Gloo
 and MPI alike), every member sending and receiving in the same call, so no
-``P`` (odd included) can deadlock.  Ranks' models differ between steps by
+``P`` (odd included) can deadlock.  Before the first exchange the ranks compare
+their models (names, shapes, dtypes) and configurations, so ranks that differ
+raise :class:`~horovod_sparse.core.ModelMismatchError` (or
+``ConfigurationMismatchError``) everywhere instead of mixing misaligned values.  Ranks' models differ between steps by
 design; evaluate any rank's model, or average them at the end.
 """
 
@@ -21,6 +24,8 @@ import itertools
 import horovod.torch as hvd
 import torch
 
+from ..core import Layout
+from ..core.exchange import agree
 from ..core.gossip import (balanced_segments, crossover_routes, hierarchical_groups,
                            sgp_distances)
 from ..core.methods.base import check_seed
@@ -37,6 +42,7 @@ class _GossipOptimizer:
         self.names = [names.get(id(p), f"param.{i}") for i, p in enumerate(self.parameters)]
         self.step_count = 0
         self.traffic = None  # logical payload of the last step's exchange
+        self._agreed = False
 
     def __getattr__(self, name):
         return getattr(self.__dict__["optimizer"], name)
@@ -44,7 +50,16 @@ class _GossipOptimizer:
     def zero_grad(self, *args, **kwargs):
         return self.optimizer.zero_grad(*args, **kwargs)
 
+    def configuration(self):
+        """What every rank must share besides the model."""
+        return type(self).__name__
+
     def step(self, closure=None):
+        if not self._agreed:
+            agree(HorovodTorchCommunicator(), Layout(
+                names=tuple(self.names), shapes=tuple(tuple(p.shape) for p in self.parameters),
+                dtypes=tuple(str(p.dtype) for p in self.parameters)), self.configuration())
+            self._agreed = True
         loss = self.local_step(closure)
         self.gossip()
         self.step_count += 1
@@ -121,6 +136,10 @@ class CrossoverSGD(_GossipOptimizer):
         self.is_leader = rank in self.leaders
         # hierarchical: the group's gradient allreduce runs in a Horovod process set
         self.group_set = None if len(self.groups) == size else _group_process_set(self.groups)
+
+    def configuration(self):
+        return (f"CrossoverSGD(segments={self.segments}, groups={len(self.groups)}, "
+                f"seed={self.seed})")
 
     def _plan(self, segments, named):
         sizes = [p.numel() for p in self.parameters]

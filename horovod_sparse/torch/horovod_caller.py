@@ -20,14 +20,15 @@ missing ones from a ``set`` whose order differs between processes.
 
 import sys
 
-from horovod.torch.mpi_ops import Adasum, Average, Sum
+import horovod.torch as hvd
 from horovod.torch.optimizer import _DistributedAdasumOptimizer, _DistributedOptimizer
+
+from ..core.compressor import reduction_of
 
 _CALLERS = frozenset({_DistributedOptimizer._allreduce_grad_async.__code__,
                       _DistributedOptimizer._grouped_allreduce_grad_async.__code__})
 _ADASUM_CALLER = _DistributedAdasumOptimizer._allreduce_grad_async.__code__
 _SEARCH_DEPTH = 8  # frames between compress() and Horovod's caller (wrappers included)
-_REDUCTIONS = {Average: "average", Sum: "sum"}
 
 
 def horovod_caller():
@@ -40,22 +41,13 @@ def horovod_caller():
         if frame is None:
             return None
         if frame.f_code is _ADASUM_CALLER:
-            reduction_of(Adasum)
+            reduction_of(hvd.Adasum, hvd)
         if frame.f_code in _CALLERS:
             scope = frame.f_locals
             parameter = scope["p"] if "p" in scope else child.f_locals["p"]
             return scope["self"], parameter
         child, frame = frame, frame.f_back
     return None
-
-
-def reduction_of(op):
-    """``"average"`` or ``"sum"`` for Horovod's ``op``; any other op raises."""
-    if op in _REDUCTIONS:
-        return _REDUCTIONS[op]
-    name = "hvd.Adasum" if op == Adasum else f"op={op!r}"
-    raise ValueError(f"horovod_sparse supports op=hvd.Average (the default) and op=hvd.Sum, "
-                     f"not {name}: sparse gradients are averaged or summed")
 
 
 def trained_parameters(optimizer):

@@ -35,7 +35,9 @@ def build(method):
     model = torch.nn.Sequential(torch.nn.Linear(40, 30), torch.nn.Tanh(), torch.nn.Linear(30, 5))
     compression = hs.Compression.create(method, density=0.05,
                                         named_parameters=model.named_parameters())
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+    momentum = 0.0 if compression.owns_momentum else 0.9
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1,
+                                                         momentum=momentum),
                                          named_parameters=model.named_parameters(),
                                          compression=compression)
     return model, optimizer, compression

@@ -348,6 +348,15 @@ def slips():
 
     name, message = raised_everywhere(ValueError, momentum_twice)
     checks["momentum_twice"] = check(name == "ValueError" and "twice" in message, message)
+
+    def gossip_with_models_that_differ():  # same sizes, transposed on rank 1
+        model = torch.nn.Linear(*((3, 4), (4, 3))[hvd.rank()])
+        optimizer = hs.CrossoverSGD(torch.optim.SGD(model.parameters(), lr=0.1))
+        model(torch.ones(1, model.in_features)).sum().backward()
+        optimizer.step()
+
+    name, message = raised_everywhere(ModelMismatchError, gossip_with_models_that_differ)
+    checks["gossip_models_differ"] = check(name == "ModelMismatchError", message)
     return checks
 
 
