@@ -59,6 +59,7 @@ class _Trace:
         self.grads = []
         self.positions = []   # per grad: its entry in ``layout``
         self.caller = None    # Horovod's view of the step (see ``horovod_caller``)
+        self.placeholder = None
         self.outputs = None
 
     def record(self, tensor):
@@ -106,6 +107,7 @@ class SparseCompressor(WholeModelCompressor, Trackable):
         self._process_set = process_set
         self._trace = None
         self._gathered = None
+        self._agreed = False
 
     # -- Horovod's Compressor interface (plain Python: AutoGraph must not convert it)
     @tf.autograph.experimental.do_not_convert
@@ -117,7 +119,24 @@ class SparseCompressor(WholeModelCompressor, Trackable):
             trace.caller = horovod_caller()
             if trace.caller is not None:
                 self.reduction = trace.caller.reduction
-        return tf.zeros([1], tf.float32), _Slot(trace, trace.record(tensor))
+            trace.placeholder = self._agreed_placeholder(trace)
+        return tf.identity(trace.placeholder), _Slot(trace, trace.record(tensor))
+
+    def _agreed_placeholder(self, trace):
+        """The float32 ``[0.]`` Horovod's grouped allreduce carries, computed after the
+        ranks have agreed on the whole model and the configuration (once; a rank with
+        an extra variable would otherwise hang in that allreduce)."""
+        def agree():
+            if not self._agreed and trace.caller is not None:
+                self.check_agreement(trace.caller.layout)
+            self._agreed = True
+            return tf.zeros([1], tf.float32)
+
+        if tf.executing_eagerly():
+            return agree()
+        placeholder = tf.py_function(agree, [], tf.float32)
+        placeholder.set_shape([1])
+        return placeholder
 
     @tf.autograph.experimental.do_not_convert
     def decompress(self, tensor, ctx):

@@ -243,6 +243,10 @@ def user_script(rank, _):
     seen, _ = run(hs.Compression.create(("topk", "gtopk")[rank], density=0.3), steps=1)
     checks["another method on one rank raises on every rank"] = (
         "compression" in str(seen[0]) and "differs from rank" in str(seen[0])) or str(seen)
+    extra = [tf.Variable(tf.ones([4])) for _ in range(2 + rank)]  # one more on rank 1
+    checks["an extra variable on one rank raises on every rank, no hang"] = raises(
+        lambda: exchange(hs.Compression.exdyna(density=0.5), [tf.ones([4])] * len(extra), extra),
+        "differs from rank")
     return checks
 
 
