@@ -285,7 +285,7 @@ class GradientExchange:
             if self.nonfinite == "raise":
                 raise
             aggregate = context.new_aggregate()
-            if self.nonfinite == "propagate":
+            if self.nonfinite == "propagate":  # aggregate = 0 + NaN everywhere
                 self.ops.add_slice(aggregate, aggregate, math.nan, 0, layout.n)
             metrics = StepMetrics(step=self.step_count, n=layout.n, k=self.sparsifier.k(layout.n),
                                   counts=[0] * self.comm.size, nnz=0, skipped=True)

@@ -128,7 +128,7 @@ class ErrorFeedback:
         velocity; held gradients keep their old ones."""
         buffers = (self._residual, self._velocity) if self.momentum else (self._residual,)
         for buffer in buffers:
-            for start, stop in self._held:
+            for start, stop in self._held:  # spare[start:stop] = current[start:stop]
                 self.ops.add_slice(buffer.spare, buffer.current, 0.0, start, stop)
             buffer.swap()
 
