@@ -8,7 +8,7 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["horovod_sparse", "horovod_sparse.*"]),
     python_requires=">=3.9",
-    install_requires=["numpy"],
+    install_requires=["numpy", "numba"],
     extras_require={
         "torch": ["torch>=2.0"],
         "tensorflow": ["tensorflow-cpu>=2.12"],

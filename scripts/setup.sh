@@ -43,7 +43,7 @@ create_venv() {
   log "Installing Python dependencies"
   venv_pip install -q \
     "torch==$TORCH_VERSION" "tensorflow-cpu==$TF_VERSION" "tf_keras==$TF_VERSION" \
-    mpi4py numpy pytest pytest-timeout scikit-learn matplotlib
+    mpi4py numpy numba pytest pytest-timeout scikit-learn matplotlib
 }
 
 build_horovod_wheel() {

@@ -11,7 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from horovod_sparse.core.ops import SCAN_CHUNK, NumpyOps  # noqa: E402
+from horovod_sparse.core.kernels import SCAN_CHUNK  # noqa: E402
+from horovod_sparse.core.ops import NumpyOps  # noqa: E402
 from horovod_sparse.torch.ops import TorchOps  # noqa: E402
 
 NUMPY, TORCH = NumpyOps(), TorchOps()

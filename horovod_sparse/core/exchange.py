@@ -276,8 +276,10 @@ class GradientExchange:
         """
         self.comm.reset_traffic()
         acc = self.feedback.accumulate(grads, layout, self._clip_scale(grads, layout, held), held)
+        finite = self.feedback.finite
         context = StepContext(self.ops, self.comm, layout, self.step_count, self.configuration,
-                              finite=self.ops.all_finite(acc), aggregate=self._output(layout, acc),
+                              finite=self.ops.all_finite(acc) if finite is None else finite,
+                              aggregate=self._output(layout, acc),
                               feedback=self.feedback, reduction=self.reduction)
         try:
             aggregate, metrics = self.sparsifier.exchange(acc, context)

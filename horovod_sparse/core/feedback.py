@@ -73,6 +73,7 @@ class ErrorFeedback:
         self.ops, self.momentum = ops, float(momentum)
         self._residual, self._velocity = _Buffer(), _Buffer()
         self._held = ()  # (start, stop) of this step's held gradients
+        self.finite = None  # whether the last acc is all finite (None: not checked)
 
     @property
     def residual(self):
@@ -88,26 +89,26 @@ class ErrorFeedback:
 
         ``scale`` (a number) multiplies every gradient first (local clipping);
         ``held`` lists the positions of absent gradients (zeros in ``acc``;
-        their ``grads`` entries are not read and may be ``None``).
+        their ``grads`` entries are not read and may be ``None``).  One pass
+        per gradient; :attr:`finite` tells whether every element of ``acc`` is
+        finite where the backend checked in that pass (``None`` otherwise).
         """
         ops = self.ops
         like = next(grad for i, grad in enumerate(grads) if i not in held)
         self._residual.ensure(ops, layout, like)
         if self.momentum:
             self._velocity.ensure(ops, layout, like)
-        acc, velocity = self._residual.spare, self._velocity
+        acc = self._residual.spare
+        velocity = (self._velocity.spare, self._velocity.current) if self.momentum else None
         self._held = tuple(layout.bounds[i] for i in held)
+        self.finite = True
         for i, (grad, (start, stop)) in enumerate(zip(grads, layout.bounds)):
             if i in held:
                 ops.fill_zero(acc[start:stop])
                 continue
-            if scale is not None:
-                grad = ops.multiply(grad, scale)
-            if self.momentum:
-                ops.scale_add_slice(velocity.spare, velocity.current, self.momentum, grad,
-                                    start, stop)
-                grad = velocity.spare[start:stop]
-            ops.add_slice(acc, self.residual, grad, start, stop)
+            finite = ops.accumulate_slice(acc, self.residual, grad, start, stop, scale, velocity,
+                                          self.momentum)
+            self.finite = None if finite is None or self.finite is None else self.finite and finite
         return acc
 
     def clear(self, indices, wire_dtype="float32"):

@@ -21,26 +21,61 @@ Conventions shared by every implementation:
 
 import numpy as np
 
-SCAN_CHUNK = 1 << 16  # elements per step of :func:`scan_abs_ge`: magnitudes and mask stay in L2
+from . import kernels
+
+SAMPLE = 1 << 16  # magnitudes sampled to estimate the k-th largest in :func:`topk_abs`
 
 
-def scan_abs_ge(x, threshold, start, stop, chunk=SCAN_CHUNK):
-    """Indices ``i`` in ``[start, stop)`` with ``|x[i]| >= threshold`` for a numpy vector.
+def exact_topk_abs(x, k, start, stop):
+    """Reference selection: the ``k`` largest ``|x[i]|`` in ``[start, stop)`` (global,
+    ascending indices), ties at the ``k``-th magnitude broken toward the lower
+    index.  ``O(m)`` by ``np.partition`` over all ``m = stop - start`` magnitudes."""
+    magnitude = np.abs(x[start:stop])
+    if k >= magnitude.size:
+        return np.arange(start, stop, dtype=np.int64)
+    if k <= 0:
+        return np.empty(0, dtype=np.int64)
+    kth = np.partition(magnitude, magnitude.size - k)[magnitude.size - k]
+    return _above_then_lowest_tied(np.arange(start, stop, dtype=np.int64), magnitude, kth, k)
 
-    One streaming pass: each chunk's magnitudes and mask go through two small
-    reusable buffers, so the pass reads ``x`` once and allocates only the
-    result (``np.abs(x) >= t`` over a whole partition writes and re-reads two
-    partition-sized temporaries, about 2x slower)."""
-    threshold = x.dtype.type(threshold)
-    width = min(chunk, max(stop - start, 0))
-    magnitude, mask = np.empty(width, dtype=x.dtype), np.empty(width, dtype=bool)
-    found = []
-    for first in range(start, stop, chunk):
-        size = min(chunk, stop - first)
-        np.abs(x[first:first + size], out=magnitude[:size])
-        np.greater_equal(magnitude[:size], threshold, out=mask[:size])
-        found.append(np.flatnonzero(mask[:size]) + first)
-    return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
+def _above_then_lowest_tied(positions, magnitude, kth, k):
+    """``positions`` (ascending) whose magnitude is above ``kth``, then the lowest
+    of those equal to it, ``k`` in all, ascending."""
+    above = magnitude > kth
+    tied = np.flatnonzero(magnitude == kth)[:k - int(above.sum())]
+    above[tied] = True
+    return positions[above]
+
+
+def topk_abs(x, k, start, stop, sample=SAMPLE):
+    """The same indices as :func:`exact_topk_abs`, in about one read of the range.
+
+    A strided sample of ``sample`` magnitudes estimates a threshold ``t`` a
+    little below the ``k``-th largest; one scan collects every ``|x_i| >= t``
+    (:func:`kernels.abs_ge_indices`), and the exact selection runs among
+    those candidates only.  It is exact whenever there are at least ``k``
+    candidates, since then every element of the top ``k`` (and every tie at
+    the ``k``-th magnitude) is one; with fewer (an unlucky sample) the
+    threshold is lowered and the scan repeated, and the full selection is the
+    last resort.  Non-finite elements are never candidates (the step that has
+    them is refused anyway)."""
+    size = stop - start
+    if k <= 0 or k >= size or size < 4 * sample or k > size // 16:
+        return exact_topk_abs(x, k, start, stop)
+    stride = size // sample
+    magnitudes = np.abs(x[start:start + stride * sample:stride])
+    expected = k * sample / size  # sample elements expected in the top k
+    rank = int(1.25 * expected + 4 * np.sqrt(expected) + 8)  # a margin of about 4 sigma
+    while rank < sample // 4:
+        threshold = np.partition(magnitudes, sample - rank)[sample - rank]
+        candidates = kernels.abs_ge_indices(x, threshold, start, stop)
+        if candidates.size >= k:
+            magnitude = np.abs(x[candidates])
+            kth = np.partition(magnitude, magnitude.size - k)[magnitude.size - k]
+            return _above_then_lowest_tied(candidates, magnitude, kth, k)
+        rank *= 4
+    return exact_topk_abs(x, k, start, stop)
 
 
 class ArrayOps:
@@ -56,6 +91,23 @@ class ArrayOps:
     def fill_zero(self, x):
         """Set every element of the buffer ``x`` to zero, in place."""
         raise NotImplementedError
+
+    def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
+                         momentum=0.0):
+        """Error feedback for one gradient: ``acc[start:stop] = residual[start:stop] + g``
+        with ``g = scale * grad`` (``grad`` unscaled when ``scale`` is ``None``);
+        under momentum correction ``velocity = (new, old)`` and first
+        ``new[start:stop] = momentum * old[start:stop] + g``, ``g = new[start:stop]``.
+        Returns whether the slice of ``acc`` is all finite, or ``None`` where the
+        backend does not check in the same pass."""
+        if scale is not None:
+            grad = self.multiply(grad, scale)
+        if velocity is not None:
+            new, old = velocity
+            self.scale_add_slice(new, old, momentum, grad, start, stop)
+            grad = new[start:stop]
+        self.add_slice(acc, residual, grad, start, stop)
+        return None
 
     def all_finite(self, x):
         raise NotImplementedError
@@ -192,21 +244,18 @@ class NumpyOps(ArrayOps):
     def all_finite(self, x):
         return bool(np.isfinite(x).all())
 
+    def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
+                         momentum=0.0):
+        new, old = (None, None) if velocity is None else (velocity[0][start:stop],
+                                                          velocity[1][start:stop])
+        return kernels.accumulate(acc[start:stop], residual[start:stop], grad,
+                                  1.0 if scale is None else scale, new, old, momentum)
+
     def abs_ge_indices(self, x, threshold, start, stop):
-        return scan_abs_ge(x, threshold, start, stop)
+        return kernels.abs_ge_indices(x, threshold, start, stop)
 
     def topk_abs_indices(self, x, k, start, stop):
-        magnitude = np.abs(x[start:stop])
-        if k >= magnitude.size:
-            return np.arange(start, stop, dtype=np.int64)
-        if k <= 0:
-            return np.empty(0, dtype=np.int64)
-        # The k-th largest magnitude by selection (O(n), not a sort); everything
-        # above it, then the lowest indices among the ties at it.
-        kth = np.partition(magnitude, magnitude.size - k)[magnitude.size - k]
-        above = np.flatnonzero(magnitude > kth)
-        tied = np.flatnonzero(magnitude == kth)[:k - above.size]
-        return np.sort(np.concatenate([above, tied])).astype(np.int64) + start
+        return topk_abs(x, k, start, stop)
 
     def take(self, x, indices):
         return x[indices]

@@ -1,0 +1,134 @@
+"""The compiled kernels and the sampled top-k against plain numpy references, one process.
+
+Each reference is the obvious expression (``np.flatnonzero``, a lexicographic
+sort by magnitude then index, the numpy arithmetic of error feedback); the
+kernels must return exactly the same indices and bits, on the block and chunk
+boundaries, ties at the threshold and at the ``k``-th magnitude, and a sample
+that misses (the retry path).
+"""
+
+import numpy as np
+import pytest
+
+from horovod_sparse.core import kernels
+from horovod_sparse.core.ops import SAMPLE, NumpyOps, exact_topk_abs, topk_abs
+
+
+def reference_abs_ge(x, threshold, start, stop):
+    return np.flatnonzero(np.abs(x[start:stop]) >= x.dtype.type(threshold)) + start
+
+
+def reference_topk(x, k, start, stop):
+    """The k largest magnitudes, ties toward the lower index, by a full sort."""
+    positions = np.arange(start, stop)
+    order = np.lexsort((positions, -np.abs(x[start:stop]).astype(np.float64)))
+    return np.sort(positions[order[:max(k, 0)]])
+
+
+def tie_heavy(n, seed, kind):
+    rng = np.random.default_rng(seed)
+    if kind == "integers":  # every magnitude shared by ~n/20 elements
+        return rng.integers(-20, 21, n).astype(np.float32)
+    if kind == "zeros":     # half exact zeros, a heavy tail
+        x = (rng.standard_normal(n) * rng.random(n) ** 4).astype(np.float32)
+        x[rng.random(n) < 0.5] = 0
+        return x
+    x = rng.standard_cauchy(n).astype(np.float32)
+    x[::97] = x[5]
+    return x
+
+
+def test_numba_is_used():
+    assert kernels.numba is not None, "numba is a requirement (pip install numba)"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("start,stop", [(0, 64), (0, 63), (5, 5), (3, 200_003), (70, 4096 * 64 + 129)])
+def test_abs_ge_indices_matches_flatnonzero(dtype, start, stop):
+    x = np.clip(tie_heavy(300_000, seed=start + stop, kind="cauchy"), -6e4, 6e4).astype(dtype)
+    threshold = float(abs(x[5]))  # exactly equal to every 97th element
+    expected = reference_abs_ge(x, threshold, start, stop)
+    for found in (kernels.abs_ge_indices(x, threshold, start, stop),
+                  kernels._numpy_abs_ge_indices(x, x.dtype.type(threshold), start, stop)):
+        assert found.dtype == np.int64
+        assert np.array_equal(found, expected)
+
+
+def test_abs_ge_indices_when_most_elements_pass():
+    x = tie_heavy(100_000, seed=1, kind="cauchy")
+    assert np.array_equal(kernels.abs_ge_indices(x, 0.0, 11, 99_999),
+                          reference_abs_ge(x, 0.0, 11, 99_999))
+
+
+@pytest.mark.parametrize("kind", ["integers", "zeros", "cauchy"])
+@pytest.mark.parametrize("seed", range(4))
+def test_sampled_topk_equals_the_exact_selection(kind, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4 * SAMPLE, 12 * SAMPLE))
+    x = tie_heavy(n, seed, kind)
+    start, stop = int(rng.integers(0, 999)), n - int(rng.integers(0, 999))
+    for k in (1, 7, int(rng.integers(10, (stop - start) // 16))):
+        expected = reference_topk(x, k, start, stop)
+        assert np.array_equal(exact_topk_abs(x, k, start, stop), expected)
+        assert np.array_equal(topk_abs(x, k, start, stop), expected)
+
+
+def test_sampled_topk_retries_when_the_sample_misses():
+    # Every sampled position holds a huge value, so the sample's estimate of the
+    # k-th magnitude is far too high: the first scan finds fewer than k
+    # candidates and the lower estimates (or the full selection) must take over.
+    n = 8 * SAMPLE
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32) * 1e-3
+    x[::n // SAMPLE] = 100.0  # exactly the sampled positions
+    k = 3 * SAMPLE
+    assert np.array_equal(topk_abs(x, k, 0, n), reference_topk(x, k, 0, n))
+
+
+@pytest.mark.parametrize("k", [0, 1, 100, 5000, 10_000])
+def test_small_ranges_and_extreme_k(k):
+    x = tie_heavy(5000, seed=k, kind="integers")
+    assert np.array_equal(NumpyOps().topk_abs_indices(x, k, 100, 4000),
+                          reference_topk(x, min(k, 3900), 100, 4000))
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+@pytest.mark.parametrize("scale", [None, 0.37])
+def test_accumulate_is_the_numpy_expression_bit_for_bit(momentum, scale):
+    rng = np.random.default_rng(3)
+    n = 10_001
+    grad, residual, old = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    g = grad if scale is None else grad * np.float32(scale)
+    if momentum:
+        expected_velocity = old * np.float32(momentum) + g
+        expected = residual + expected_velocity
+    else:
+        expected = residual + g
+    acc, new = np.full(n + 6, np.nan, np.float32), np.full(n + 6, np.nan, np.float32)
+    velocity = (new, np.concatenate([old[:3], old, old[:3]])) if momentum else None
+    padded = np.concatenate([residual[:3], residual, residual[:3]])
+    finite = NumpyOps().accumulate_slice(acc, padded, grad, 3, n + 3, scale, velocity, momentum)
+    assert finite is True
+    assert np.array_equal(acc[3:n + 3].view(np.int32), expected.view(np.int32))
+    assert np.isnan(acc[:3]).all() and np.isnan(acc[n + 3:]).all()  # nothing outside the slice
+    if momentum:
+        assert np.array_equal(new[3:n + 3].view(np.int32), expected_velocity.view(np.int32))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("where", ["grad", "residual"])
+def test_accumulate_reports_a_nonfinite_result(bad, where):
+    grad, residual = np.ones(1000, np.float32), np.ones(1000, np.float32)
+    (grad if where == "grad" else residual)[999] = bad
+    acc = np.empty(1000, np.float32)
+    assert kernels.accumulate(acc, residual, grad) is False
+    assert kernels._numpy_accumulate(acc, residual, grad, 1.0, None, None, 0.0) is False
+    big = np.full(1000, 3e38, np.float32)  # finite inputs whose sum overflows
+    assert kernels.accumulate(acc, big, big) is False
+
+
+def test_accumulate_of_a_float16_gradient_falls_back_to_numpy():
+    grad = np.linspace(-2, 2, 999).astype(np.float16)
+    residual = np.linspace(0, 1, 999).astype(np.float32)
+    acc = np.empty(999, np.float32)
+    assert kernels.accumulate(acc, residual, grad) is True
+    assert np.array_equal(acc, residual + grad)
