@@ -21,12 +21,12 @@ test: install
 bench: install
 	$(PY) benchmarks/selection_cost.py
 	$(PY) benchmarks/rebalance.py
-	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/sparse_allreduce.py
-	mpirun --allow-run-as-root --oversubscribe -np 4 $(PY) benchmarks/sparse_allreduce.py --communicator mpi
+	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/sparse_allreduce.py
+	mpirun --allow-run-as-root -np 2 $(PY) benchmarks/sparse_allreduce.py --communicator mpi
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.01
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.001
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --framework tensorflow
-	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/synthetic.py --docs --iters 3 \
+	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/synthetic.py --docs --iters 3 \
 		--compression none,topk,gtopk,randomk,threshold,dgc,cltk,gssgd,micro,exdyna,deft
 	$(PY) benchmarks/multihost.py --rates 1gbit,10gbit
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/threshold_control.py

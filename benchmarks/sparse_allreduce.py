@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from horovod_sparse.core import GradientExchange, Layout, NumpyOps, available, create
+from common import oversubscription_note
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -52,6 +53,7 @@ class HorovodBackend:
         from horovod_sparse.torch.ops import TorchOps
         hvd.init()
         self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()
+        self.local_size = hvd.local_size()
         # horovodrun --gloo sets the rendezvous address; mpirun does not
         controller = "Gloo" if os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR") else "MPI"
         self.name = f"Horovod, {controller} controller"
@@ -75,6 +77,7 @@ class MpiBackend:
         from horovod_sparse.mpi import MpiCommunicator
         self.mpi, self.world = MPI, MPI.COMM_WORLD
         self.rank, self.size = self.world.Get_rank(), self.world.Get_size()
+        self.local_size = self.world.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
         self.exchange = lambda sparsifier: GradientExchange(sparsifier, NumpyOps(),
                                                             MpiCommunicator())
 
@@ -249,6 +252,9 @@ def main():
     args.hidden = [int(h) for h in args.hidden.split(",")]
     torch.set_num_threads(1)
     backend = HorovodBackend() if args.communicator == "horovod" else MpiBackend()
+    note = oversubscription_note(backend.local_size)
+    if note and backend.rank == 0:
+        print(note, flush=True)
     results = {}
     for source in args.sources.split(","):
         rows = results[source] = []

@@ -17,6 +17,15 @@ methods run one after the other in the same job.  ``--json`` writes the
 list of results (rank 0); ``--docs`` writes ``docs/synthetic.md`` and
 ``docs/synthetic.png`` (throughput of each method against dense, the step
 breakdown, density and bytes); ``--quick`` runs one short iteration.
+
+Timings need a core per rank: with more ranks on a host than it has cores
+the page measures the scheduler, and the script says so.  Every run also
+measures its floors on this machine, all ranks at once: one accumulate pass
+over the ``n`` parameters (read gradient and residual, write ``acc``) and
+one read of ``n/P`` elements (a rank's share), and reports selection as a
+multiple of the read and the compressor's extra time outside selection and
+communication (its "other" minus dense's) as a multiple of the accumulate
+pass.
 """
 
 import argparse
@@ -32,6 +41,7 @@ import horovod.torch as hvd
 
 import horovod_sparse
 import horovod_sparse.torch as hs
+from common import best_ms, oversubscription_note
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
 MODELS = {"wide": (4096, [4096, 2048], 1000), "small": (64, [256, 256], 10)}
@@ -44,6 +54,19 @@ def make_model(name):
         layers += [torch.nn.Linear(width, size), torch.nn.ReLU()]
         width = size
     return torch.nn.Sequential(*layers, torch.nn.Linear(width, classes)), features, classes
+
+
+def measure_floors(n, size):
+    """Milliseconds of one accumulate pass over ``n`` float32 elements and one read
+    of ``n / size``, timed on every rank at once (the ranks share memory bandwidth)."""
+    grad, residual = np.random.default_rng(0).standard_normal((2, n), dtype=np.float32)
+    acc = np.empty_like(grad)
+    share = grad[:n // size]
+    hvd.allreduce(torch.zeros(1), name="floors.start")
+    floors = {"accumulate_ms": best_ms(lambda: np.add(grad, residual, out=acc)),
+              "read_share_ms": best_ms(share.sum)}
+    hvd.allreduce(torch.zeros(1), name="floors.stop")
+    return floors
 
 
 def benchmark(args, method):
@@ -131,6 +154,17 @@ def report(args, method, model, compression, times, rates):
     return result
 
 
+def with_floors(results, floors):
+    """Each result with the floors and its phases as multiples of them."""
+    dense_other = next((r["other_ms"] for r in results if r["method"] == "none"), None)
+    for r in results:
+        r.update({f"floor_{key}": value for key, value in floors.items()})
+        r["selection_x_read"] = r["selection_ms"] / floors["read_share_ms"]
+        r["extra_other_x_accumulate"] = (float("nan") if dense_other is None else
+                                         (r["other_ms"] - dense_other) / floors["accumulate_ms"])
+    return results
+
+
 def write_docs(results, args):
     import matplotlib
     matplotlib.use("Agg")
@@ -138,6 +172,9 @@ def write_docs(results, args):
 
     dense = next((r for r in results if r["method"] == "none"), results[0])["total_img_sec"]
     size, n = results[0]["ranks"], results[0]["parameters"]
+    shared = ("The ranks share the machine's cores, so forward/backward and every per-element pass "
+              "cost several times what they would with a core (or GPU) per rank."
+              if size > os.cpu_count() else "One core per rank.")
     lines = ["# Synthetic training throughput on one host", "",
              f"`horovodrun -np {size} python benchmarks/synthetic.py --model {args.model} "
              f"--density {args.density} --iters {args.iters} --compression {args.compression} --docs` "
@@ -147,18 +184,23 @@ def write_docs(results, args):
              f"{args.iters} iterations of {args.batches_per_iter} batches after {args.warmup} "
              "warm-up steps. Breakdown per step (ms): forward+backward; selection and "
              "communication (the compressor's own timers; dense: the wait in `synchronize()`); "
-             "other (accumulate, copies, the optimizer update). The ranks share the machine's "
-             "cores, so forward/backward and every per-element pass cost several times what they "
-             "would with a core (or GPU) per rank.", "",
+             f"other (accumulate, copies, the optimizer update). {shared}", "",
+             "Floors measured in the same run, all ranks at once: one accumulate pass over n "
+             f"(read gradient and residual, write acc) {results[0]['floor_accumulate_ms']:.1f} ms; "
+             f"one read of n/P {results[0]['floor_read_share_ms']:.1f} ms. *sel/read*: selection "
+             "as a multiple of the read; *extra/acc*: the method's other minus dense's other, as a "
+             "multiple of the accumulate pass.", "",
              "| method | total img/sec | vs dense | step ms | fwd+bwd | selection | communication "
-             "| other | density | bytes/worker/step |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| other | sel/read | extra/acc | density | bytes/worker/step |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         lines.append(f"| {'dense' if r['method'] == 'none' else r['method']} | "
                      f"{r['total_img_sec']:.1f} +-{r['total_img_sec_ci']:.1f} | "
                      f"{r['total_img_sec'] / dense:.2f}x | {r['step_ms']:.0f} | "
                      f"{r['forward_backward_ms']:.0f} | {r['selection_ms']:.0f} | "
-                     f"{r['communication_ms']:.0f} | {r['other_ms']:.0f} | {r['density']:.5f} | "
+                     f"{r['communication_ms']:.0f} | {r['other_ms']:.0f} | "
+                     f"{r['selection_x_read']:.1f} | {r['extra_other_x_accumulate']:.1f} | "
+                     f"{r['density']:.5f} | "
                      f"{r['bytes_per_step']:,.0f} |")
     lines += ["", "![throughput](synthetic.png)", ""]
     with open(os.path.join(DOCS, "synthetic.md"), "w") as f:
@@ -203,8 +245,18 @@ def main():
     if args.quick:
         args.model, args.warmup, args.iters, args.batches_per_iter = "small", 1, 1, 2
     hvd.init()
+    note = oversubscription_note(hvd.local_size())
+    if note and hvd.rank() == 0:
+        print(note, flush=True)
     results = [report(args, method, *benchmark(args, method))
                for method in args.compression.split(",")]
+    n = results[0]["parameters"]
+    results = with_floors(results, measure_floors(n, hvd.size()))
+    if hvd.rank() == 0:
+        print(f"Floors: accumulate over n {results[0]['floor_accumulate_ms']:.1f} ms, read of n/P "
+              f"{results[0]['floor_read_share_ms']:.1f} ms; " + ", ".join(
+                  f"{r['method']} selection {r['selection_x_read']:.1f}x read, extra other "
+                  f"{r['extra_other_x_accumulate']:.1f}x accumulate" for r in results), flush=True)
     if hvd.rank() == 0 and args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

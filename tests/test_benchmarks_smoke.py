@@ -28,9 +28,18 @@ def test_convergence_quick(framework):
 @pytest.mark.horovod
 def test_synthetic_quick():
     out = horovodrun(2, "benchmarks/synthetic.py", "--quick", "--compression", "none,exdyna")
+    assert "Floors: accumulate over n" in out
     for method in ("none", "exdyna"):
         section = out.split(f"compression: {method}")[1]
         assert "Total img/sec on 2 worker(s)" in section and "Step breakdown" in section
+
+
+def test_memory_quick():
+    out = subprocess.run([sys.executable, "benchmarks/memory.py", "--quick"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    methods = [line.split(":")[0].strip() for line in out.splitlines()]
+    assert sorted(methods) == sorted(["topk", "gtopk", "randomk", "threshold", "dgc", "cltk",
+                                      "gssgd", "micro", "exdyna", "deft"])
 
 
 def test_rebalance_quick():

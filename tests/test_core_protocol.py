@@ -2,6 +2,9 @@
 fingerprints, non-finite policies at the first step, reductions, held gradients,
 and the index width on the wire."""
 
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -165,3 +168,30 @@ def test_indices_travel_as_int32_only_when_every_position_fits(n, wire):
         assert seen == [np.dtype(wire)]
         np.testing.assert_array_equal(gathered, np.concatenate([sent, sent]))
         assert gathered.dtype == np.int64
+
+
+def documented_rounds():
+    """``{method: (first step, later steps)}`` from docs/design.md's rounds table."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                        "design.md")
+    with open(path) as f:
+        text = f.read().split("## Collective rounds per step", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\w+) \| (\d+) \| (\d+) \|", text, flags=re.M)
+    return {method: (int(first), int(later)) for method, first, later in rows}
+
+
+def test_rounds_per_step_are_the_documented_ones():
+    def worker(comm, method):
+        exchange = GradientExchange(create(method, density=0.05), NumpyOps(), comm)
+        rounds = []
+        for step in range(3):
+            flat = dyadic_gradient(0, step, comm.rank)
+            exchange.step([flat[s:e] for s, e in LAYOUT.bounds], LAYOUT)
+            rounds.append(exchange.metrics.rounds)
+        return rounds[0], rounds[2]
+
+    documented = documented_rounds()
+    assert set(documented) == set(available())
+    for method in available():
+        counted = run_simulated(4, lambda comm: worker(comm, method))
+        assert counted == [documented[method]] * 4, method

@@ -20,7 +20,8 @@ Every call is metered in logical payload: an allgather sends the rank's own
 elements and receives everybody else's; an allreduce sends and receives the
 vector once; a broadcast sends from the root and receives elsewhere.  (The
 wire traffic of a ring allreduce is ``2(P-1)/P`` times that.)  Every call is
-also timed: ``traffic.seconds`` is the wall-clock time spent in collectives.
+also timed and counted: ``traffic.seconds`` is the wall-clock time spent in
+collectives, ``traffic.rounds`` how many ran.
 """
 
 import threading
@@ -39,6 +40,7 @@ class Traffic:
     bytes_sent: dict = field(default_factory=dict)
     bytes_received: dict = field(default_factory=dict)
     seconds: float = 0.0
+    rounds: int = 0  # collectives run (each one waits for every rank)
 
     def record(self, kind, sent, received, itemsize):
         for table, value in ((self.elements_sent, sent), (self.elements_received, received),
@@ -49,7 +51,7 @@ class Traffic:
     def totals(self):
         totals = {name: sum(getattr(self, name).values())
                   for name in ("elements_sent", "elements_received", "bytes_sent", "bytes_received")}
-        totals["seconds"] = self.seconds
+        totals["seconds"], totals["rounds"] = self.seconds, self.rounds
         return totals
 
 
@@ -118,6 +120,7 @@ class Communicator:
         return self._timed(self._broadcast_host, array, root)
 
     def _timed(self, collective, *args):
+        self.traffic.rounds += 1
         start = time.perf_counter()
         try:
             return collective(*args)

@@ -300,6 +300,7 @@ class GradientExchange:
         metrics.bytes_received = traffic["bytes_received"]
         metrics.selection_time = context.selection_time
         metrics.communication_time = traffic["seconds"]
+        metrics.rounds = traffic["rounds"]
         self.history.append(metrics)
         self.step_count += 1
         return aggregate

@@ -29,6 +29,7 @@ class StepMetrics:
     bytes_received: int = 0
     selection_time: float = 0.0
     communication_time: float = 0.0
+    rounds: int = 0
     skipped: bool = False
     extra: dict = field(default_factory=dict)
 
