@@ -20,6 +20,7 @@ test: install
 
 bench: install
 	$(PY) benchmarks/selection_cost.py
+	$(PY) benchmarks/memory.py
 	$(PY) benchmarks/rebalance.py
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/sparse_allreduce.py
 	mpirun --allow-run-as-root -np 2 $(PY) benchmarks/sparse_allreduce.py --communicator mpi
