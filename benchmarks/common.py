@@ -25,3 +25,15 @@ def oversubscription_note(ranks_on_host):
     return (f"Note: {ranks_on_host} ranks share this host's {cores} cores: every per-element pass "
             "is timed while another rank holds the core (use at most one rank per core for "
             "timings)")
+
+
+def relative_to_floors(results):
+    """Add to each result (with ``floor_*_ms`` and a ``"none"`` row for dense among
+    ``results``) its selection as a multiple of one read of the share and its
+    "other" beyond dense's as a multiple of one accumulate pass over ``n``."""
+    dense_other = next((r["other_ms"] for r in results if r["method"] == "none"), None)
+    for r in results:
+        r["selection_x_read"] = r["selection_ms"] / r["floor_read_share_ms"]
+        r["extra_other_x_accumulate"] = (float("nan") if dense_other is None else
+                                         (r["other_ms"] - dense_other) / r["floor_accumulate_ms"])
+    return results

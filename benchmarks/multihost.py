@@ -27,6 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "multihost"))
 import testbed  # noqa: E402
+from common import relative_to_floors  # noqa: E402
 
 DOCS = os.path.join(ROOT, "docs")
 BIN = os.path.dirname(sys.executable)
@@ -79,14 +80,12 @@ def write(results, args):
                   "selection | communication | other | sel/read | extra/acc | bytes/worker/step |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
-            extra = (r["other_ms"] - next(d for d in rows if d["method"] == "none")["other_ms"]) / (
-                r["floor_accumulate_ms"])
             lines.append(f"| {'dense' if r['method'] == 'none' else r['method']} | "
                          f"{r['total_img_sec']:.1f} +-{r['total_img_sec_ci']:.1f} | "
                          f"{r['total_img_sec'] / dense:.2f}x | {r['step_ms']:.0f} | "
                          f"{r['forward_backward_ms']:.0f} | {r['selection_ms']:.0f} | "
                          f"{r['communication_ms']:.0f} | {r['other_ms']:.0f} | "
-                         f"{r['selection_x_read']:.1f} | {extra:.1f} | "
+                         f"{r['selection_x_read']:.1f} | {r['extra_other_x_accumulate']:.1f} | "
                          f"{r['bytes_per_step']:,.0f} |")
         lines.append("")
     lines += ["![throughput](multihost.png)", ""]
@@ -125,8 +124,9 @@ def main():
             for rate in args.rates.split(","):
                 testbed.up(None if rate == "unshaped" else rate)
                 print(f"link {rate}:", flush=True)
-                results[rate] = [run(m, args, os.path.join(scratch, f"{rate}-{m}.json"))
-                                 for m in args.methods.split(",")]
+                results[rate] = relative_to_floors(
+                    [run(m, args, os.path.join(scratch, f"{rate}-{m}.json"))
+                     for m in args.methods.split(",")])
     except testbed.TestbedError as error:
         sys.exit(f"multihost: {error}")
     finally:

@@ -38,6 +38,7 @@ import torch
 from horovod_sparse.core import GradientExchange, Layout, available, create
 from horovod_sparse.core.comm import Communicator
 from horovod_sparse.torch.ops import TorchOps
+from common import best_ms
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
 
@@ -81,15 +82,6 @@ class MirroredPeers(Communicator):
         return array.copy()
 
 
-def best_time(function, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return min(times) * 1e3
-
-
 def method_selection_ms(method, base, density, size, warmup, repeats):
     """Best selection time (ms) of ``method``'s own exchange over ``repeats`` steps
     after ``warmup`` steps, as one worker of ``size`` mirrored workers."""
@@ -114,8 +106,8 @@ def measure(n, density, size, methods, warmup, repeats):
     k = max(1, int(density * n))
     share = base[:n // size]
     row = {"n": n, "density": density, "P": size,
-           "topk_n": best_time(lambda: torch.topk(base.abs(), k), repeats),
-           "pass_share": best_time(lambda: share.abs(), repeats)}
+           "topk_n": best_ms(lambda: torch.topk(base.abs(), k), repeats),
+           "pass_share": best_ms(lambda: share.abs(), repeats)}
     for method in methods:
         row[method] = method_selection_ms(method, base, density, size, warmup, repeats)
     return row

@@ -41,7 +41,7 @@ import horovod.torch as hvd
 
 import horovod_sparse
 import horovod_sparse.torch as hs
-from common import best_ms, oversubscription_note
+from common import best_ms, oversubscription_note, relative_to_floors
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
 MODELS = {"wide": (4096, [4096, 2048], 1000), "small": (64, [256, 256], 10)}
@@ -154,17 +154,6 @@ def report(args, method, model, compression, times, rates):
     return result
 
 
-def with_floors(results, floors):
-    """Each result with the floors and its phases as multiples of them."""
-    dense_other = next((r["other_ms"] for r in results if r["method"] == "none"), None)
-    for r in results:
-        r.update({f"floor_{key}": value for key, value in floors.items()})
-        r["selection_x_read"] = r["selection_ms"] / floors["read_share_ms"]
-        r["extra_other_x_accumulate"] = (float("nan") if dense_other is None else
-                                         (r["other_ms"] - dense_other) / floors["accumulate_ms"])
-    return results
-
-
 def write_docs(results, args):
     import matplotlib
     matplotlib.use("Agg")
@@ -251,7 +240,10 @@ def main():
     results = [report(args, method, *benchmark(args, method))
                for method in args.compression.split(",")]
     n = results[0]["parameters"]
-    results = with_floors(results, measure_floors(n, hvd.size()))
+    floors = measure_floors(n, hvd.size())
+    for r in results:
+        r.update({f"floor_{key}": value for key, value in floors.items()})
+    results = relative_to_floors(results)
     if hvd.rank() == 0:
         print(f"Floors: accumulate over n {results[0]['floor_accumulate_ms']:.1f} ms, read of n/P "
               f"{results[0]['floor_read_share_ms']:.1f} ms; " + ", ".join(

@@ -99,7 +99,7 @@ if numba is not None:
         return out[:count].copy()
 
     @_jit
-    def _compiled_accumulate(acc, residual, grad, scale, velocity_new, velocity_old, momentum):
+    def _compiled_accumulate(acc, residual, grad, scale):
         bits = acc.view(np.int32)
         nonfinite = 0
         for i in range(acc.size):
@@ -146,6 +146,6 @@ def accumulate(acc, residual, grad, scale=1.0, velocity_new=None, velocity_old=N
         return _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old, momentum)
     scale = np.float32(scale)
     if velocity_new is None:
-        return _compiled_accumulate(acc, residual, grad, scale, acc, acc, np.float32(0))
+        return _compiled_accumulate(acc, residual, grad, scale)
     return _compiled_accumulate_momentum(acc, residual, grad, scale, velocity_new, velocity_old,
                                          np.float32(momentum))
