@@ -14,6 +14,7 @@ $(STAMP): scripts/setup.sh setup.py
 
 demo: install
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) examples/demo.py
+	$(PY) benchmarks/multihost.py --demo
 
 test: install
 	$(PY) -m pytest tests --durations=15
@@ -22,16 +23,21 @@ bench: install
 	$(PY) benchmarks/selection_cost.py
 	$(PY) benchmarks/memory.py
 	$(PY) benchmarks/rebalance.py
+	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/dense_below.py
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/sparse_allreduce.py
 	mpirun --allow-run-as-root -np 2 $(PY) benchmarks/sparse_allreduce.py --communicator mpi
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.01
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.001
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --framework tensorflow
+	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/convergence.py --task charlm --density 0.01
+	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/convergence.py --task charlm --density 0.001
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/synthetic.py --docs --iters 3 \
 		--compression none,topk,gtopk,randomk,threshold,dgc,cltk,gssgd,micro,exdyna,deft
 	$(PY) benchmarks/multihost.py --rates 1gbit,10gbit
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/threshold_control.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/gossip.py
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/gossip.py --task charlm
+	$(PY) benchmarks/time_to_quality.py --rates 1gbit,100mbit
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/soak.py
 
 test-core: install

@@ -22,86 +22,132 @@ import horovod.torch as hvd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-from digits import train  # noqa: E402
 
 DOCS = os.path.join(ROOT, "docs")
 LABELS = {"none": "AllReduce-SGD", "crossover": "Crossover-SGD",
           "hierarchical": "Crossover-SGD, 2 groups", "sgp": "SGP"}
 
 
-def write(runs, args):
+class Task:
+    """How a task trains and what its page reports (``quality`` per ``x``)."""
+
+    def __init__(self, args):
+        self.charlm = args.task == "charlm"
+        if self.charlm:
+            from charlm import train
+            self.train = lambda method, batch, lr: train(method, steps=args.steps,
+                                                         batch_size=batch, lr=lr, verbose=False)
+            self.x, self.quality, self.label = "step", "bpc", "validation bits/char"
+            self.series = lambda r: [point["bpc"] for point in r["curve"]]
+            self.xs = lambda r: [point["step"] for point in r["curve"]]
+        else:
+            from digits import train
+            self.train = lambda method, batch, lr: train(method, epochs=args.epochs,
+                                                         batch_size=batch, lr=lr, verbose=False)
+            self.x, self.quality, self.label = "epoch", "accuracy", "test accuracy"
+            self.series = lambda r: r["accuracies"]
+            self.xs = lambda r: list(range(1, len(r["accuracies"]) + 1))
+
+    def final(self, r):
+        """Accuracy: mean of the last 5 epochs; bits/char: of the last two evaluations."""
+        return r["bpc"] if self.charlm else float(np.mean(r["accuracies"][-5:]))
+
+    def versus(self, r, base):
+        if self.charlm:
+            return f"{100 * (self.final(r) / self.final(base) - 1):+.1f} %"
+        return f"{100 * (self.final(r) - self.final(base)):+.2f}"
+
+    def cell(self, r):
+        return f"{self.final(r):.3f}" if self.charlm else f"{100 * self.final(r):.2f} %"
+
+
+def write(runs, args, task):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    stem = os.path.join(DOCS, "gossip")
+    stem = os.path.join(DOCS, "gossip_charlm" if task.charlm else "gossip")
     with open(stem + ".csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["epoch"] + [f"{r['method']}@{r['global_batch']}" for r in runs])
-        for epoch in range(args.epochs):
-            writer.writerow([epoch + 1] + [f"{r['accuracies'][epoch]:.4f}" for r in runs])
+        writer.writerow([task.x] + [f"{r['method']}@{r['global_batch']}" for r in runs])
+        for i, x in enumerate(task.xs(runs[0])):
+            writer.writerow([x] + [f"{task.series(r)[i]:.4f}" for r in runs])
     figure, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for axis, batch in zip(axes, sorted({r["global_batch"] for r in runs})):
         for r in (r for r in runs if r["global_batch"] == batch):
-            axis.plot(range(1, args.epochs + 1), r["accuracies"], label=LABELS[r["method"]])
-        axis.set(xlabel="epoch", title=f"global batch {batch}", ylim=(0.8, 1.0))
+            axis.plot(task.xs(r), task.series(r), label=LABELS[r["method"]])
+        axis.set(xlabel=task.x, title=f"global batch {batch}",
+                 ylim=(1.5, 4.5) if task.charlm else (0.8, 1.0))
         axis.legend()
-    axes[0].set_ylabel("test accuracy (rank 0's model)")
+    axes[0].set_ylabel(f"{task.label} (rank 0's model)")
     figure.tight_layout()
     figure.savefig(stem + ".png", dpi=100)
-    lines = ["# Gossip (Crossover-SGD, SGP) vs AllReduce-SGD", "",
-             f"`horovodrun -np {hvd.size()} python benchmarks/gossip.py --epochs {args.epochs}` "
-             f"({platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}). "
-             "Digits MLP (85,002 parameters), SGD momentum 0.9, cosine decay; batch "
-             f"{args.batch} per rank at lr {args.lr}, and {args.large_batch} per rank at lr "
-             f"{args.large_lr} (linear scaling). Accuracy: rank 0's model, mean of the last 5 "
-             "epochs; disagreement: max |x_r - mean_r x| over the parameters at the end.", "",
-             "| method | global batch | accuracy | vs AllReduce | disagreement | s/epoch | "
+    what = ("Language model of `examples/charlm.py` (1,331,456 parameters), "
+            f"{args.steps} steps, SGD momentum 0.9, cosine decay, gradient norm clipped to 1 "
+            "(under gossip each rank clips its own); " if task.charlm else
+            "Digits MLP (85,002 parameters), SGD momentum 0.9, cosine decay; ")
+    how = ("Bits/char: rank 0's model on the validation windows, mean of the last two "
+           "evaluations" if task.charlm else "Accuracy: rank 0's model, mean of the last 5 epochs")
+    lines = ["# Gossip (Crossover-SGD, SGP) vs AllReduce-SGD"
+             + (" on the language model" if task.charlm else ""), "",
+             f"`horovodrun -np {hvd.size()} python benchmarks/gossip.py --task {args.task} "
+             + (f"--steps {args.steps}` " if task.charlm else f"--epochs {args.epochs}` ")
+             + f"({platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}). "
+             + what + f"batch {args.batch} per rank at lr {args.lr}, and {args.large_batch} per "
+             f"rank at lr {args.large_lr}. {how}; disagreement: max |x_r - mean_r x| over the "
+             "parameters at the end.", "",
+             f"| method | global batch | {task.label} | vs AllReduce | disagreement | step ms | "
              "bytes/step |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         base = next(b for b in runs if b["method"] == "none" and b["global_batch"] == r["global_batch"])
-        final, reference = np.mean(r["accuracies"][-5:]), np.mean(base["accuracies"][-5:])
-        lines.append(f"| {LABELS[r['method']]} | {r['global_batch']} | {100 * final:.2f} % | "
-                     f"{100 * (final - reference):+.2f} | {r['disagreement']:.2e} | "
-                     f"{r['epoch_seconds']:.2f} | {r['bytes_per_step']:,.0f} |")
+        lines.append(f"| {LABELS[r['method']]} | {r['global_batch']} | {task.cell(r)} | "
+                     f"{task.versus(r, base)} | {r['disagreement']:.2e} | {r['step_ms']:.1f} | "
+                     f"{r['bytes_per_step']:,.0f} |")
     lines += ["", "Every run uses `hvd.init(process_sets=\"dynamic\")` (the hierarchical mode "
               "registers its groups), which on this machine makes every Horovod collective "
-              "slower (the dense digits step takes ~25 ms without it, ~64 ms with it), and "
-              "4 ranks share 2 cores: compare the times with each other, not with a cluster. "
-              "The hierarchical mode adds a collective a step (the group allreduce) and its "
-              "leaders send the model to their group, so it is the slowest here; its point is "
-              "that the in-group allreduce runs on fast local links.", "",
-              "![gossip](gossip.png)", ""]
+              f"slower, and {hvd.size()} ranks share {os.cpu_count()} cores: compare the times "
+              "with each other, not with a cluster. The hierarchical mode adds a collective a "
+              "step (the group allreduce) and its leaders send the model to their group, so it "
+              "is the slowest here; its point is that the in-group allreduce runs on fast local "
+              "links.", "", f"![gossip]({os.path.basename(stem)}.png)", ""]
     with open(stem + ".md", "w") as f:
         f.write("\n".join(lines))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--task", choices=("digits", "charlm"), default="digits")
+    parser.add_argument("--epochs", type=int, default=40, help="digits")
+    parser.add_argument("--steps", type=int, default=200, help="charlm")
     parser.add_argument("--methods", default="none,crossover,hierarchical,sgp")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--large-batch", type=int, default=64)
-    parser.add_argument("--large-lr", type=float, default=0.2)
+    parser.add_argument("--batch", type=int, help="per rank (digits 16, charlm 4)")
+    parser.add_argument("--lr", type=float, help="(digits 0.05, charlm 3.0)")
+    parser.add_argument("--large-batch", type=int, help="per rank (digits 64, charlm 16)")
+    parser.add_argument("--large-lr", type=float, help="(digits 0.2: linear scaling; charlm "
+                        "6.0: square-root scaling, the gradient being clipped)")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    defaults = ((4, 3.0, 16, 6.0) if args.task == "charlm" else (16, 0.05, 64, 0.2))
+    for key, default in zip(("batch", "lr", "large_batch", "large_lr"), defaults):
+        if getattr(args, key) is None:
+            setattr(args, key, default)
     if args.quick:
-        args.epochs = 2
+        args.epochs, args.steps = 2, 20
+    task = Task(args)
     hvd.init(process_sets="dynamic")
     runs = []
     for batch, lr in ((args.batch, args.lr), (args.large_batch, args.large_lr)):
         for method in args.methods.split(","):
-            run = train(method, epochs=args.epochs, batch_size=batch, lr=lr, verbose=False)
+            run = task.train(method, batch, lr)
             run["global_batch"] = batch * hvd.size()
             runs.append(run)
             if hvd.rank() == 0:
-                print(f"{LABELS[method]:>24} @ {run['global_batch']:4d}: accuracy "
-                      f"{run['accuracy']:.4f}, disagreement {run['disagreement']:.2e}, "
-                      f"{run['epoch_seconds']:.2f} s/epoch, {run['bytes_per_step']:,.0f} B/step",
+                print(f"{LABELS[method]:>24} @ {run['global_batch']:4d}: {task.quality} "
+                      f"{task.final(run):.4f}, disagreement {run['disagreement']:.2e}, "
+                      f"{run['step_ms']:.1f} ms/step, {run['bytes_per_step']:,.0f} B/step",
                       flush=True)
     if hvd.rank() == 0 and not args.quick:
-        write(runs, args)
+        write(runs, args, task)
 
 
 if __name__ == "__main__":

@@ -87,11 +87,14 @@ def benchmark(args, method):
     data = torch.randn(args.batch_size, features)
     target = torch.randint(0, classes, (args.batch_size,))
     times = {"forward_backward": [], "synchronize": [], "update": []}
+    losses = []
 
     def step():
         start = time.perf_counter()
         optimizer.zero_grad()
-        F.cross_entropy(model(data), target).backward()
+        loss = F.cross_entropy(model(data), target)
+        loss.backward()
+        losses.append(float(loss))
         backward_done = time.perf_counter()
         optimizer.synchronize()
         synchronized = time.perf_counter()
@@ -115,10 +118,10 @@ def benchmark(args, method):
         rates.append(rate)
         if hvd.rank() == 0:
             print(f"Iter #{iteration}: {rate:.1f} img/sec per worker", flush=True)
-    return model, compression, times, np.array(rates)
+    return model, compression, times, np.array(rates), losses[-1]
 
 
-def report(args, method, model, compression, times, rates):
+def report(args, method, model, compression, times, rates, loss):
     n = sum(p.numel() for p in model.parameters())
     measured = args.iters * args.batches_per_iter
     step_ms = {key: 1000 * float(np.mean(value)) for key, value in times.items()}
@@ -142,13 +145,13 @@ def report(args, method, model, compression, times, rates):
               "ranks": size, "batch_size": args.batch_size,
               "img_sec_per_worker": float(rates.mean()), "img_sec_per_worker_ci": float(1.96 * rates.std()),
               "total_img_sec": float(size * rates.mean()), "total_img_sec_ci": float(size * 1.96 * rates.std()),
-              "density": density, "bytes_per_step": bytes_per_step, **breakdown}
+              "density": density, "bytes_per_step": bytes_per_step, "loss": loss, **breakdown}
     if hvd.rank() == 0:
         print(f"Img/sec per worker: {rates.mean():.1f} +-{1.96 * rates.std():.1f}")
         print(f"Total img/sec on {size} worker(s): {size * rates.mean():.1f} "
               f"+-{size * 1.96 * rates.std():.1f}")
         print(f"Model {args.model}: {n:,} parameters; {method}: density {density:.5f}, "
-              f"{bytes_per_step:,.0f} bytes/worker/step")
+              f"{bytes_per_step:,.0f} bytes/worker/step, loss {loss:.4f} at the last step")
         print("Step breakdown (ms): " + ", ".join(f"{key[:-3]} {value:.1f}"
                                                  for key, value in breakdown.items()), flush=True)
     return result

@@ -40,6 +40,21 @@ def main():
             print(f"{result['method']}: {dense['bytes_per_step'] / result['bytes_per_step']:.1f}x "
                   f"fewer bytes per step than dense; accuracy "
                   f"{100 * (result['accuracy'] - dense['accuracy']):+.2f} points")
+        for result in results[1:]:
+            if result["samples_per_second"] < dense["samples_per_second"]:
+                print(why_slower(result, dense))
+
+
+def why_slower(result, dense):
+    """A sparse row slower than dense, explained from its own measurements."""
+    return (f"Why is {result['method']} slower here ({result['samples_per_second']:,.0f} vs "
+            f"{dense['samples_per_second']:,.0f} samples/s)? Its step takes "
+            f"{result['step_ms']:.1f} ms against dense's {dense['step_ms']:.1f}: selection "
+            f"{result['selection_ms']:.1f} ms and {result['rounds']:.0f} collective rounds "
+            f"({result['communication_ms']:.1f} ms), where dense sends all "
+            f"{dense['parameters']:,} parameters in one allreduce that costs little between "
+            "ranks of one machine. The saving is in bytes, and bytes only cost time on a slow "
+            "link: see the two-host run that follows (as root) or docs/multihost.md.")
 
 
 if __name__ == "__main__":

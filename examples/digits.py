@@ -22,9 +22,8 @@ import torch.nn.functional as F
 import horovod.torch as hvd
 
 import horovod_sparse
-import horovod_sparse.torch as hs
-from digits_common import (GOSSIP, add_training_arguments, dense_summary, load_split, report,
-                           sparse_summary)
+from digits_common import GOSSIP, add_training_arguments, load_split, report
+from torch_training import make_optimizer, traffic_summary
 
 
 def load_data(seed=0):
@@ -36,30 +35,6 @@ def make_model(hidden=256):
     return torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
                                torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
                                torch.nn.Linear(hidden, 10))
-
-
-def make_optimizer(method, model, density, lr, **options):
-    """``(optimizer, compressor)`` for ``method``: ``none`` (Horovod's dense
-    allreduce), a horovod_sparse compressor name, or a gossip optimizer
-    (``crossover``, ``hierarchical`` = Crossover-SGD in 2 groups, ``sgp``)."""
-    named = list(model.named_parameters())
-    if method in GOSSIP:
-        sgd = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-        if method == "sgp":
-            return hs.SGP(sgd, named_parameters=named), None
-        return hs.CrossoverSGD(sgd, named_parameters=named, **options,
-                               groups=2 if method == "hierarchical" else None), None
-    compressor, momentum = hvd.Compression.none, 0.9
-    if method != "none":
-        compressor = hs.Compression.create(method, density=density, named_parameters=named,
-                                           **options)
-        # DGC and gs-SGD apply momentum inside the compressor (momentum
-        # correction): the optimizer must then not add it again.
-        momentum = 0.0 if compressor.owns_momentum else 0.9
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr,
-                                                         momentum=momentum),
-                                         named_parameters=named, compression=compressor)
-    return optimizer, compressor
 
 
 def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, seed=0,
@@ -104,18 +79,7 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
                "epoch_seconds": float(times.mean() * steps_per_epoch),
                "density_per_step": [m.density for m in getattr(compressor, "history", [])],
                "step_ms": float(1000 * times.mean())}
-    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    mean = hvd.allreduce(flat, op=hvd.Average, name="digits.disagreement")
-    summary["disagreement"] = float((flat - mean).abs().max())
-    if compression in GOSSIP:
-        traffic = optimizer.traffic or {"bytes_sent": 0, "bytes_received": 0}
-        summary.update(density=1.0, density_error_mean=0.0, density_error_max=0.0,
-                       bytes_per_step=traffic["bytes_sent"] + traffic["bytes_received"],
-                       buildup_mean=1.0, imbalance_mean=0.0)
-    elif compression == "none":
-        summary.update(dense_summary(n))
-    else:
-        summary.update(sparse_summary(compressor.history))
+    summary.update(traffic_summary(compression, model, optimizer, compressor))
     return summary
 
 

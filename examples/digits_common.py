@@ -28,15 +28,20 @@ def sparse_summary(history):
     late = [m for m in history[5:] if not m.skipped]
     errors = np.array([m.density_error for m in late])
     return dict(density=float(np.mean([m.density for m in late])),
+                overall_density=float(np.mean([m.overall_density for m in late])),
                 density_error_mean=float(errors.mean()), density_error_max=float(errors.max()),
                 bytes_per_step=float(np.mean([m.bytes_sent + m.bytes_received for m in late])),
                 buildup_mean=float(np.mean([m.buildup for m in late])),
+                selection_ms=1000 * float(np.mean([m.selection_time for m in late])),
+                communication_ms=1000 * float(np.mean([m.communication_time for m in late])),
+                rounds=float(np.mean([m.rounds for m in late])),
                 imbalance_mean=float(np.mean([m.imbalance for m in late])))
 
 
 def dense_summary(n):
     """The same fields for Horovod's dense allreduce: ``n`` floats sent and received."""
-    return dict(density=1.0, density_error_mean=0.0, density_error_max=0.0, bytes_per_step=8 * n,
+    return dict(density=1.0, overall_density=1.0, density_error_mean=0.0, density_error_max=0.0,
+                bytes_per_step=8 * n,
                 buildup_mean=1.0, imbalance_mean=0.0)
 
 
@@ -50,8 +55,9 @@ def add_training_arguments(parser):
 
 
 def report(summary, path=None):
-    """Print a run's summary (accuracy per epoch left out) and write it all to ``path``."""
-    print(json.dumps({k: v for k, v in summary.items() if k != "accuracies"}, indent=1))
+    """Print a run's summary (its series -- per epoch, per step -- left out) and
+    write it all to ``path``."""
+    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, list)}, indent=1))
     if path:
         with open(path, "w") as f:
             json.dump(summary, f, indent=1)

@@ -1,7 +1,8 @@
 """Independent, obviously-correct numpy references of every method.
 
 Each function simulates ``P`` workers in one process with plain loops over
-workers and coordinates, written from ALGORITHMS.md without using
+workers and coordinates, written from the methods' specifications
+(docs/methods.md, docs/methods/) without using
 ``horovod_sparse``.  Input: ``grads[t][r]``, the flat float32 gradient of
 worker ``r`` at step ``t`` (``sizes`` gives the per-tensor split where a
 method needs it).  Output: one record per step with the averaged aggregate,
@@ -78,7 +79,7 @@ def _average_union(accs, union):
     return aggregate
 
 
-# -- threshold control (ALGORITHMS.md, MiCRO step 5 with its Decision; ours) ----
+# -- threshold control (docs/methods/threshold_control_rules.md: the papers' rule and ours) ----
 def paper_next(thr, K, k):
     r = K / k
     if r > 1.1:

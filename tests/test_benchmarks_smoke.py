@@ -1,6 +1,8 @@
 """Every benchmark runs in its --quick mode (numbers are never asserted), and the
 getting-started TensorFlow example runs."""
 
+import os
+import re
 import subprocess
 import sys
 
@@ -18,11 +20,11 @@ def test_selection_cost_quick():
 
 
 @pytest.mark.horovod
-@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
-def test_convergence_quick(framework):
-    out = horovodrun(2, "benchmarks/convergence.py", "--quick", "--framework", framework,
-                     "--methods", "none,exdyna")
-    assert "exdyna: accuracy" in out
+@pytest.mark.parametrize("task", [["--framework", "torch"], ["--framework", "tensorflow"],
+                                  ["--task", "charlm"]], ids=["torch", "tensorflow", "charlm"])
+def test_convergence_quick(task):
+    out = horovodrun(2, "benchmarks/convergence.py", "--quick", *task, "--methods", "none,exdyna")
+    assert f"exdyna: {'bpc' if 'charlm' in task else 'accuracy'}" in out
 
 
 @pytest.mark.horovod
@@ -86,3 +88,30 @@ def test_soak_quick():
 def test_tensorflow_getting_started_example_runs():
     out = horovodrun(2, "examples/tensorflow_tape.py")
     assert "; density 0.0" in out and "bytes sent per step" in out  # ExDyna at d = 0.001
+
+
+def test_time_to_quality_interpolates_between_evaluations():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from time_to_quality import seconds_to_reach
+    curve = [{"seconds": 0.0, "bpc": 8.0}, {"seconds": 10.0, "bpc": 4.0},
+             {"seconds": 20.0, "bpc": 3.0}, {"seconds": 30.0, "bpc": 3.2}]
+    assert seconds_to_reach(curve, 3.5) == 15.0
+    assert seconds_to_reach(curve, 4.0) == 10.0
+    assert seconds_to_reach(curve, 3.0) == 20.0
+    assert seconds_to_reach(curve, 9.0) == 0.0
+    assert seconds_to_reach(curve, 2.9) is None
+
+
+@pytest.mark.horovod
+def test_dense_below_quick():
+    out = horovodrun(2, "benchmarks/dense_below.py", "--quick")
+    assert "every gradient sparsified: accuracy" in out and "dense_1d=True: accuracy" in out
+
+
+@pytest.mark.horovod
+def test_demo_explains_a_sparse_row_slower_than_dense():
+    out = horovodrun(2, "examples/demo.py", "--epochs", 1, "--methods", "none,exdyna")
+    rates = {method: float(rate.replace(",", "")) for method, rate in
+             re.findall(r"\s(none|exdyna)\s+[\d.]+%\s+([\d,.]+)\s", out)}
+    assert set(rates) == {"none", "exdyna"}, out[-2000:]
+    assert ("Why is exdyna slower here" in out) == (rates["exdyna"] < rates["none"]), out[-2000:]

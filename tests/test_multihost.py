@@ -71,3 +71,22 @@ def test_bed_refuses_without_root():
                              os.path.realpath(sys.executable), "-", "up"], cwd="/", input=source,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "needs root" in result.stderr, result.stderr
+
+
+def test_time_to_quality_quick():
+    """The time-to-quality benchmark end to end, unshaped and short: it brings the bed
+    up, trains the language model with one rank per host, and takes the bed down."""
+    out = subprocess.run([sys.executable, "benchmarks/time_to_quality.py", "--quick"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "exdyna:" in out.stdout and "bits/char after" in out.stdout, out.stdout
+    assert not any(state["namespace"] or state["sshd_pid"] for state in testbed.status().values())
+
+
+def test_demo_across_hosts():
+    """``make demo``'s second part: dense and ExDyna across the 1 Gbit/s link, side by side."""
+    out = subprocess.run([sys.executable, "benchmarks/multihost.py", "--demo"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "1 Gbit/s link" in out.stdout and "   dense" in out.stdout and "  exdyna" in out.stdout
+    assert not any(state["namespace"] or state["sshd_pid"] for state in testbed.status().values())

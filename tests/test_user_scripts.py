@@ -17,6 +17,7 @@ pytestmark = pytest.mark.horovod
     "grad_scaler",  # nonfinite="propagate": GradScaler's scale follows dense's
     "mismatches",   # extra layer, other method, other density: errors, no hang
     "frozen",       # a layer frozen mid-training is not moved; its residual is held
+    "dense_part",   # dense_below above every size = dense; DGC's dense part = momentum SGD
     "slips",        # uncalled factory, shared generator, sparse embedding, momentum twice
 ])
 def test_user_script_behaves_like_dense_horovod_or_fails_clearly(scenario):

@@ -25,7 +25,7 @@ import json
 
 import numpy as np
 
-_ARRAY_GROUPS = ("residuals", "velocities")
+_ARRAY_GROUPS = ("residuals", "velocities", "dense_velocities")
 
 
 def encode(state):

@@ -24,6 +24,7 @@ also timed and counted: ``traffic.seconds`` is the wall-clock time spent in
 collectives, ``traffic.rounds`` how many ran.
 """
 
+import copy
 import threading
 import time
 from dataclasses import dataclass, field
@@ -191,9 +192,11 @@ class _SimulatedGroup:
         self.barrier = threading.Barrier(size, timeout=timeout)
 
     def exchange(self, rank, item):
+        """Every rank's ``item``, copied before any rank may return and reuse its
+        buffer (as a real collective has read its input by the time it returns)."""
         self.slots[rank] = item
         self.barrier.wait()
-        items = list(self.slots)
+        items = copy.deepcopy(self.slots)
         self.barrier.wait()
         return items
 

@@ -11,19 +11,28 @@ metrics, and the state a checkpoint holds (see ``core.checkpoint``).
 
 from . import checkpoint
 from .exchange import NONFINITE_POLICIES, GradientExchange, agree, configuration
+from .methods.base import check_positive_int
 from .metrics import summarize
 from .registry import available
 
 
 class WholeModelCompressor:
     """Subclasses provide ``_ops()`` and ``_communicator()`` of their framework,
-    and may set ``reduction`` (``"average"`` or ``"sum"``) before the first step."""
+    and may set ``reduction`` (``"average"`` or ``"sum"``) before the first step.
 
-    def __init__(self, sparsifier, nonfinite="raise"):
+    ``dense_below`` / ``dense_1d``: gradients with fewer elements (or of one
+    dimension) are averaged exactly instead of sparsified (``core.dense_part``).
+    """
+
+    def __init__(self, sparsifier, nonfinite="raise", dense_below=None, dense_1d=False):
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
+        if not isinstance(dense_1d, bool):
+            raise TypeError(f"dense_1d must be True or False, got {dense_1d!r}")
         self.sparsifier = sparsifier
         self.reduction = "average"
+        self.dense_below = check_positive_int("dense_below", dense_below, allow_none=True)
+        self.dense_1d = dense_1d
         self._nonfinite = nonfinite
         self._exchange = None
         self._comm = None
@@ -41,6 +50,11 @@ class WholeModelCompressor:
         return self.gradient_exchange.step(flat_grads, self.layout, held)
 
     @property
+    def output_bounds(self):
+        """``(start, stop)`` of each gradient of the layout in :meth:`exchange`'s result."""
+        return self.gradient_exchange.split(self.layout).output_bounds
+
+    @property
     def owns_momentum(self):
         """Whether the method applies momentum itself (DGC, gs-SGD): then the
         optimizer must not (the PyTorch compressor raises if it does)."""
@@ -49,7 +63,8 @@ class WholeModelCompressor:
     @property
     def configuration(self):
         """The configuration every rank must share (see ``core.exchange``)."""
-        return configuration(self.sparsifier, self._nonfinite, self.reduction)
+        return configuration(self.sparsifier, self._nonfinite, self.reduction, self.dense_below,
+                             self.dense_1d)
 
     def check_agreement(self, layout):
         """Raise on every rank unless all ranks have this ``layout`` and configuration
@@ -61,7 +76,8 @@ class WholeModelCompressor:
         """The :class:`GradientExchange` (built, with any loaded state, on first use)."""
         if self._exchange is None:
             self._exchange = GradientExchange(self.sparsifier, self._ops(), self.comm,
-                                              nonfinite=self._nonfinite, reduction=self.reduction)
+                                              nonfinite=self._nonfinite, reduction=self.reduction,
+                                              dense_below=self.dense_below, dense_1d=self.dense_1d)
             if self._pending_state is not None:
                 self._exchange.load_state_dict(self._pending_state)
                 self._pending_state = None

@@ -26,9 +26,11 @@ import time
 
 import numpy as np
 
+from .dense_part import DensePart, Split, dense_positions
 from .errors import ConfigurationMismatchError, ModelMismatchError, NonFiniteGradientError
 from .feedback import ErrorFeedback
 from .metrics import StepMetrics
+from .methods.base import check_positive_int
 
 NONFINITE_POLICIES = ("raise", "skip", "propagate")
 REDUCTIONS = ("average", "sum")
@@ -60,9 +62,10 @@ class StepContext:
     """
 
     def __init__(self, ops, comm, layout, step, configuration, finite, aggregate, feedback,
-                 reduction="average"):
+                 reduction="average", model=None):
         self.ops, self.layout, self.step = ops, layout, step
-        self.wire_dtype = wire_dtype(layout)
+        self.model = layout if model is None else model  # checked in the header
+        self.wire_dtype = wire_dtype(self.model)
         self.configuration, self.finite, self.reduction = configuration, finite, reduction
         self._comm = comm
         self._aggregate = aggregate
@@ -104,9 +107,9 @@ class StepContext:
         if self._header_exchanged:
             raise RuntimeError("the step's header was already exchanged")
         table = self._comm.allgather_host(
-            header_row(self.layout, self.configuration, self.finite, fields))
+            header_row(self.model, self.configuration, self.finite, fields))
         self._header_exchanged = True
-        return check_header(table, self.rank, self.layout, self.configuration, self.step)
+        return check_header(table, self.rank, self.model, self.configuration, self.step)
 
     # -- payload collectives (after the header) -------------------------------------
     def _payload(self):
@@ -157,7 +160,7 @@ class StepContext:
     @property
     def narrow_indices(self):
         """Whether indices travel as int32 (every position below ``2**31``)."""
-        return self.layout.n <= INT32_POSITIONS
+        return self.model.n <= INT32_POSITIONS
 
     def _to_wire(self, values):
         return values if self.wire_dtype == "float32" else self.ops.to_wire(values, self.wire_dtype)
@@ -232,19 +235,29 @@ class GradientExchange:
           ``torch.amp.GradScaler``, which then skips the step and lowers its
           scale on every rank.
     reduction : ``"average"`` (default) or ``"sum"`` over the ranks.
+    dense_below, dense_1d : gradients with fewer than ``dense_below`` elements
+        (``None``: none), and with ``dense_1d`` every one-dimensional gradient,
+        are averaged exactly by one allreduce in the same step instead of
+        sparsified (see ``core.dense_part``).
     history_size : how many steps of ``StepMetrics`` ``history`` keeps (the
         newest; 1,000 by default), so a long run's memory does not grow.
     """
 
     def __init__(self, sparsifier, ops, comm, nonfinite="raise", reduction="average",
-                 history_size=1000):
+                 dense_below=None, dense_1d=False, history_size=1000):
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        if not isinstance(dense_1d, bool):
+            raise TypeError(f"dense_1d must be True or False, got {dense_1d!r}")
         self.sparsifier, self.ops, self.comm = sparsifier, ops, comm
         self.nonfinite, self.reduction = nonfinite, reduction
+        self.dense_below = check_positive_int("dense_below", dense_below, allow_none=True)
+        self.dense_1d = dense_1d
         self.feedback = ErrorFeedback(ops, momentum=sparsifier.momentum)
+        self.dense = DensePart(ops, momentum=sparsifier.momentum)
+        self._split = None
         self.step_count = 0
         self.history = collections.deque(maxlen=history_size)
         # Two output buffers, alternating: the aggregate a step returns stays
@@ -254,7 +267,15 @@ class GradientExchange:
     @property
     def configuration(self):
         """What every rank must agree on besides the model (checked in the header)."""
-        return configuration(self.sparsifier, self.nonfinite, self.reduction)
+        return configuration(self.sparsifier, self.nonfinite, self.reduction, self.dense_below,
+                             self.dense_1d)
+
+    def split(self, layout):
+        """``layout`` split into the sparsified and the dense gradients (see
+        ``core.dense_part``); its ``output_bounds`` locate each gradient in a step's output."""
+        if self._split is None or self._split.layout != layout:
+            self._split = Split(layout, dense_positions(layout, self.dense_below, self.dense_1d))
+        return self._split
 
     @property
     def metrics(self):
@@ -270,30 +291,61 @@ class GradientExchange:
         zeros there (when every rank holds them) and their residuals are
         kept until they have a gradient again.
 
-        Returns the flat aggregate (``layout.n`` elements).  It lives in one of
-        two output buffers used in turn: valid until the step after next
-        overwrites it (copy it to keep it longer).
+        Returns the flat aggregate (``layout.n`` elements; gradient ``i`` at
+        ``split(layout).output_bounds[i]``, which is ``layout.bounds[i]`` unless
+        some gradients are sent densely).  It lives in one of two output
+        buffers used in turn: valid until the step after next overwrites it
+        (copy it to keep it longer).
         """
+        split = self.split(layout)
         self.comm.reset_traffic()
-        acc = self.feedback.accumulate(grads, layout, self._clip_scale(grads, layout, held), held)
-        finite = self.feedback.finite
-        context = StepContext(self.ops, self.comm, layout, self.step_count, self.configuration,
-                              finite=self.ops.all_finite(acc) if finite is None else finite,
-                              aggregate=self._output(layout, acc),
-                              feedback=self.feedback, reduction=self.reduction)
+        like = next(grad for i, grad in enumerate(grads) if i not in held)
+        scale = self._clip_scale(grads, layout, held)
+        sparse = split.sparse_layout
+        acc = self.feedback.accumulate([grads[i] for i in split.sparse], sparse, scale,
+                                       split.held_in(split.sparse, held), like) \
+            if sparse.n else None
+        finite = self.feedback.finite if sparse.n else True
+        if acc is not None and finite is None:
+            finite = self.ops.all_finite(acc)
+        dense = None
+        if not split.dense:
+            self.dense.refuse_pending(split.dense_layout)
+        else:
+            dense, dense_finite = self.dense.gather([grads[i] for i in split.dense],
+                                                    split.dense_layout, like,
+                                                    split.held_in(split.dense, held), scale)
+            finite = finite and dense_finite
+        context = StepContext(self.ops, self.comm, sparse, self.step_count, self.configuration,
+                              finite=finite, aggregate=self._output(layout, like),
+                              feedback=self.feedback, reduction=self.reduction, model=layout)
         try:
-            aggregate, metrics = self.sparsifier.exchange(acc, context)
+            if sparse.n:
+                aggregate, metrics = self.sparsifier.exchange(acc, context)
+            else:  # every gradient dense: the header still comes first
+                context.exchange_header()
+                aggregate = context.new_aggregate()
+                metrics = StepMetrics(step=self.step_count, n=0, k=0, counts=[0] * self.comm.size,
+                                      nnz=0)
+            if dense is not None:
+                self.ops.add_slice(aggregate, aggregate,
+                                   context.reduced(context.allreduce_values(dense)),
+                                   sparse.n, layout.n)
         except NonFiniteGradientError:
             if self.nonfinite == "raise":
                 raise
             aggregate = context.new_aggregate()
             if self.nonfinite == "propagate":  # aggregate = 0 + NaN everywhere
                 self.ops.add_slice(aggregate, aggregate, math.nan, 0, layout.n)
-            metrics = StepMetrics(step=self.step_count, n=layout.n, k=self.sparsifier.k(layout.n),
+            metrics = StepMetrics(step=self.step_count, n=sparse.n,
+                                  k=self.sparsifier.k(sparse.n) if sparse.n else 0,
                                   counts=[0] * self.comm.size, nnz=0, skipped=True)
         else:
-            self.feedback.commit()
+            if sparse.n:
+                self.feedback.commit()
+            self.dense.commit()
         traffic = self.comm.traffic.totals()
+        metrics.dense = 0 if metrics.skipped else layout.n - sparse.n
         metrics.elements_sent = traffic["elements_sent"]
         metrics.elements_received = traffic["elements_received"]
         metrics.bytes_sent = traffic["bytes_sent"]
@@ -326,17 +378,27 @@ class GradientExchange:
         return self._aggregates[slot]
 
     def state_dict(self, layout):
-        return {"step": self.step_count, **self.feedback.state_dict(layout),
+        """Step, residuals (and velocities) by gradient name, sparsifier state; before
+        the first step (``layout`` ``None``) what was loaded, as it was loaded."""
+        split = None if layout is None else self.split(layout)
+        return {"step": self.step_count,
+                **self.feedback.state_dict(split and split.sparse_layout),
+                **self.dense.state_dict(split and split.dense_layout),
                 "sparsifier": self.sparsifier.state_dict()}
 
     def load_state_dict(self, state):
         self.step_count = int(state["step"])
         self.feedback.load_state_dict(state)
+        self.dense.load_state_dict(state)
         if "sparsifier" in state:  # absent when carried over to another rank count
             self.sparsifier.load_state_dict(state["sparsifier"])
 
 
-def configuration(sparsifier, nonfinite, reduction):
+def configuration(sparsifier, nonfinite, reduction, dense_below=None, dense_1d=False):
     """The text every rank's configuration fingerprint is taken of: the method with
-    its hyper-parameters (its ``repr``), the non-finite policy and the reduction."""
-    return f"{sparsifier!r}, nonfinite={nonfinite!r}, reduction={reduction!r}"
+    its hyper-parameters (its ``repr``), the non-finite policy, the reduction and
+    which gradients are sent densely."""
+    text = f"{sparsifier!r}, nonfinite={nonfinite!r}, reduction={reduction!r}"
+    if dense_below is not None or dense_1d:
+        text += f", dense_below={dense_below!r}, dense_1d={dense_1d!r}"
+    return text

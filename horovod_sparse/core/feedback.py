@@ -21,12 +21,14 @@ residual and velocity are carried to the next step unchanged.
 import numpy as np
 
 
-class _Buffer:
-    """One flat state vector (current and spare), loadable by gradient name."""
+class Buffer:
+    """One flat state vector (current and spare), loadable by gradient name;
+    ``part`` names the gradients it covers, for the error on a saved name it lacks."""
 
-    def __init__(self):
+    def __init__(self, part="sparsified"):
         self.current = self.spare = None
         self.pending = {}
+        self.part = part
 
     def load(self, state):
         self.pending = {name: np.asarray(value, dtype=np.float32).reshape(-1)
@@ -35,7 +37,7 @@ class _Buffer:
 
     def ensure(self, ops, layout, like):
         if self.current is None:
-            self.current = ops.from_host(_restore(self.pending, layout), like)
+            self.current = ops.from_host(_restore(self.pending, layout, self.part), like)
             self.pending = {}
         if self.spare is None:
             self.spare = ops.zeros(layout.n, self.current)
@@ -51,10 +53,18 @@ class _Buffer:
                 for name, (start, stop) in zip(layout.names, layout.bounds)}
 
 
-def _restore(saved, layout):
-    unknown = set(saved) - set(layout.names)
+def refuse_unknown(names, layout, part):
+    """``KeyError`` for saved state of gradients that are not in ``layout``, the
+    ``part`` of the model (``"sparsified"`` or ``"sent densely"``) it belongs to."""
+    unknown = set(names) - set(layout.names)
     if unknown:
-        raise KeyError(f"saved state for gradients this model lacks: {sorted(unknown)}")
+        raise KeyError(f"saved state for gradients that are not {part} here (the model lacks "
+                       f"them, or dense_below / dense_1d differ from the run that saved it): "
+                       f"{sorted(unknown)}")
+
+
+def _restore(saved, layout, part):
+    refuse_unknown(saved, layout, part)
     host = np.zeros(layout.n, dtype=np.float32)
     for name, (start, stop) in zip(layout.names, layout.bounds):
         if name in saved:
@@ -71,7 +81,7 @@ class ErrorFeedback:
 
     def __init__(self, ops, momentum=0.0):
         self.ops, self.momentum = ops, float(momentum)
-        self._residual, self._velocity = _Buffer(), _Buffer()
+        self._residual, self._velocity = Buffer(), Buffer()
         self._held = ()  # (start, stop) of this step's held gradients
         self.finite = None  # whether the last acc is all finite (None: not checked)
 
@@ -84,17 +94,19 @@ class ErrorFeedback:
         """``u`` of momentum correction (``None`` without momentum)."""
         return self._velocity.current if self.momentum else None
 
-    def accumulate(self, grads, layout, scale=None, held=()):
+    def accumulate(self, grads, layout, scale=None, held=(), like=None):
         """Return ``acc = residual + grads`` (``residual + u`` with momentum), in spare buffers.
 
         ``scale`` (a number) multiplies every gradient first (local clipping);
         ``held`` lists the positions of absent gradients (zeros in ``acc``;
-        their ``grads`` entries are not read and may be ``None``).  One pass
+        their ``grads`` entries are not read and may be ``None``); new buffers go
+        on ``like``'s device (default: the first gradient's).  One pass
         per gradient; :attr:`finite` tells whether every element of ``acc`` is
         finite where the backend checked in that pass (``None`` otherwise).
         """
         ops = self.ops
-        like = next(grad for i, grad in enumerate(grads) if i not in held)
+        if like is None:
+            like = next(grad for i, grad in enumerate(grads) if i not in held)
         self._residual.ensure(ops, layout, like)
         if self.momentum:
             self._velocity.ensure(ops, layout, like)

@@ -7,7 +7,7 @@
   ``pi[i]`` and receives it from ``pi^-1[i]``.  Every member sends exactly one
   copy and receives exactly one (load balanced), without any coordination
   message; the new segment is ``0.5 own + 0.5 received``.
-* SGP's exponential graph (Assran et al., ICML 2019), as ALGORITHMS.md states
+* SGP's exponential graph (Assran et al., ICML 2019), as its paper states
   it: at step ``t`` member ``r`` receives from ``r - 3^i`` and ``r - 2*3^i``
   (mod ``G``), ``i = t mod (floor(log3(G - 1)) + 1)``, and averages the three
   copies.  (For ``G = 2`` the second peer is the member itself.)

@@ -46,6 +46,12 @@ class Layout:
         text = repr((self.names, self.shapes, self.dtypes)).encode()
         return int.from_bytes(hashlib.sha256(text).digest()[:8], "little") >> 1
 
+    def subset(self, positions):
+        """The layout of the entries at ``positions``, in that order."""
+        return Layout(names=tuple(self.names[i] for i in positions),
+                      shapes=tuple(self.shapes[i] for i in positions),
+                      dtypes=tuple(self.dtypes[i] for i in positions))
+
     def describe(self):
         return ", ".join(f"{name}{list(shape)}:{dtype}"
                          for name, shape, dtype in zip(self.names, self.shapes, self.dtypes))

@@ -1,4 +1,4 @@
-"""Per-step metrics every sparsifier reports (definitions from ALGORITHMS.md)."""
+"""Per-step metrics every sparsifier reports (definitions in docs/methods.md)."""
 
 from dataclasses import asdict, dataclass, field
 
@@ -9,7 +9,9 @@ import numpy as np
 class StepMetrics:
     """What one exchange did on this rank.
 
-    * ``density = nnz / n`` where ``nnz`` counts the aggregate's coordinates;
+    * ``density = nnz / n`` where ``nnz`` counts the aggregate's coordinates
+      and ``n`` the sparsified part of the model; ``dense`` more elements were
+      sent densely (``dense_below``), and ``overall_density`` counts them too;
     * ``density_error = |nnz / k - 1|`` and ``buildup = nnz / k``;
     * ``imbalance = P * max_i k_i / sum_i k_i - 1`` over the per-worker
       selection counts ``k_i``;
@@ -30,12 +32,18 @@ class StepMetrics:
     selection_time: float = 0.0
     communication_time: float = 0.0
     rounds: int = 0
+    dense: int = 0
     skipped: bool = False
     extra: dict = field(default_factory=dict)
 
     @property
     def density(self):
         return self.nnz / self.n if self.n else 0.0
+
+    @property
+    def overall_density(self):
+        total = self.n + self.dense
+        return (self.nnz + self.dense) / total if total else 0.0
 
     @property
     def density_error(self):
@@ -52,7 +60,8 @@ class StepMetrics:
 
     def as_dict(self):
         row = asdict(self)
-        row.update(density=self.density, density_error=self.density_error,
+        row.update(density=self.density, overall_density=self.overall_density,
+                   density_error=self.density_error,
                    buildup=self.buildup, imbalance=self.imbalance)
         return row
 
@@ -63,7 +72,7 @@ def summarize(history, skip_first=0):
     if not rows:
         return {}
     summary = {}
-    for name in ("density", "density_error", "buildup", "imbalance", "bytes_sent",
+    for name in ("density", "overall_density", "density_error", "buildup", "imbalance", "bytes_sent",
                  "bytes_received", "selection_time", "communication_time"):
         values = np.array([getattr(m, name) for m in rows], dtype=np.float64)
         summary[f"{name}_mean"] = float(values.mean())

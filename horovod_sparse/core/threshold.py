@@ -10,7 +10,7 @@ the counts travel in the header, and every rank picks the same rung from the
 global counts.  The rung is used for this step's selection and seeds the next
 step's ladder.
 
-* :func:`initial_threshold` (t = 0, the Decision of ALGORITHMS.md): each rank
+* :func:`initial_threshold` (t = 0; docs/methods/threshold_control_rules.md): each rank
   takes the ``k`` largest magnitudes of the partition it owns; the ``k``-th
   largest of all ranks' candidates selects exactly ``k`` elements.  One-off
   cost: a top-k over ``n/P`` and an allgather of ``k`` values.

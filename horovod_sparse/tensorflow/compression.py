@@ -95,6 +95,9 @@ class SparseCompressor(WholeModelCompressor, Trackable):
     sparsifier : a core sparsifier (``horovod_sparse.create(name, **kw)``).
     nonfinite : ``"raise"`` or ``"skip"`` (see ``core.exchange``).
     process_set : Horovod process set to exchange within (default: all ranks).
+    dense_below, dense_1d : gradients with fewer than ``dense_below``
+        elements (``None``: none), and with ``dense_1d`` every one-dimensional
+        gradient, are averaged exactly in the same step instead of sparsified.
 
     Checkpoints: by default each rank's checkpoint holds its own state (the
     residuals are per rank).  For a checkpoint rank 0 alone writes, call
@@ -102,8 +105,9 @@ class SparseCompressor(WholeModelCompressor, Trackable):
     any number of ranks (``core.checkpoint`` says what a new rank count gets).
     """
 
-    def __init__(self, sparsifier, nonfinite="raise", process_set=None):
-        super().__init__(sparsifier, nonfinite)
+    def __init__(self, sparsifier, nonfinite="raise", process_set=None, dense_below=None,
+                 dense_1d=False):
+        super().__init__(sparsifier, nonfinite, dense_below, dense_1d)
         self._process_set = process_set
         self._trace = None
         self._gathered = None
@@ -177,7 +181,7 @@ class SparseCompressor(WholeModelCompressor, Trackable):
         for position, grad in zip(trace.positions, grads):
             flat_grads[position] = tf.reshape(grad, [-1])
         flat = self.exchange(flat_grads, layout, held)
-        bounds = self.layout.bounds
+        bounds = self.output_bounds
         return [tf.cast(tf.reshape(flat[bounds[p][0]:bounds[p][1]], g.shape), g.dtype)
                 for p, g in zip(trace.positions, grads)]
 
@@ -229,13 +233,15 @@ class Compression:
             compression=horovod_sparse.tensorflow.Compression.exdyna(density=0.001))
 
     Every factory takes ``density`` and the method's hyper-parameters, plus
-    the optional ``nonfinite`` and ``process_set``.
+    the optional ``nonfinite``, ``process_set``, ``dense_below`` and ``dense_1d``.
     """
 
     @staticmethod
-    def create(name, nonfinite="raise", process_set=None, **hyperparameters):
+    def create(name, nonfinite="raise", process_set=None, dense_below=None, dense_1d=False,
+               **hyperparameters):
         return SparseCompressor(create(name, **hyperparameters), nonfinite=nonfinite,
-                                process_set=process_set)
+                                process_set=process_set, dense_below=dense_below,
+                                dense_1d=dense_1d)
 
 
 __all__ = ["Compression", "SparseCompressor", "check_variables"]

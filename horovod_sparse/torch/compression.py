@@ -92,6 +92,11 @@ class SparseCompressor(WholeModelCompressor):
         ranks hold bit-identical parameters; raises
         :class:`~horovod_sparse.core.ParameterDivergenceError` naming the first
         differing tensor on every rank.  ``None`` (default) never checks.
+    dense_below, dense_1d : gradients with fewer than ``dense_below``
+        elements (``None``: none), and with ``dense_1d`` every one-dimensional
+        gradient (biases, norm scales), are averaged exactly in the same step
+        instead of sparsified; density is then counted over the sparsified part
+        (``overall_density`` counts both).
 
     Metrics (``metrics()``, ``history``, ``summary()``) and checkpoint state
     (``state_dict(all_ranks=False)``, ``load_state_dict``) come from
@@ -99,8 +104,8 @@ class SparseCompressor(WholeModelCompressor):
     """
 
     def __init__(self, sparsifier, named_parameters=None, nonfinite="raise", process_set=None,
-                 check_every=None):
-        super().__init__(sparsifier, nonfinite)
+                 check_every=None, dense_below=None, dense_1d=False):
+        super().__init__(sparsifier, nonfinite, dense_below, dense_1d)
         self._named_parameters = named_parameters
         self._process_set = process_set
         self._check_every = check_positive_int("check_every", check_every, allow_none=True)
@@ -230,7 +235,7 @@ class SparseCompressor(WholeModelCompressor):
         held = tuple(j for j, i in enumerate(order) if recorded[i].held)
         flat = self.exchange([recorded[i].tensor.detach().reshape(-1) for i in order], layout, held)
         aggregates = [None] * len(recorded)
-        for i, (start, stop) in zip(order, self.layout.bounds):
+        for i, (start, stop) in zip(order, self.output_bounds):
             tensor = recorded[i].tensor
             aggregates[i] = flat[start:stop].view(tensor.shape).to(tensor.dtype)
         return aggregates
@@ -262,16 +267,17 @@ class Compression:
             compression=horovod_sparse.torch.Compression.exdyna(density=0.001))
 
     Every factory takes ``density`` and the method's hyper-parameters, plus
-    the optional ``named_parameters``, ``nonfinite``, ``process_set`` and
-    ``check_every``.
+    the optional ``named_parameters``, ``nonfinite``, ``process_set``,
+    ``check_every``, ``dense_below`` and ``dense_1d`` (see :class:`SparseCompressor`).
     """
 
     @staticmethod
     def create(name, named_parameters=None, nonfinite="raise", process_set=None, check_every=None,
-               **hyperparameters):
+               dense_below=None, dense_1d=False, **hyperparameters):
         return SparseCompressor(create(name, **hyperparameters), named_parameters=named_parameters,
                                 nonfinite=nonfinite, process_set=process_set,
-                                check_every=check_every)
+                                check_every=check_every, dense_below=dense_below,
+                                dense_1d=dense_1d)
 
 
 __all__ = ["Compression", "SparseCompressor", "check_parameters"]

@@ -188,7 +188,7 @@ def keras(rank, _):
 
 
 def user_script(rank, _):
-    """What a tape user meets (issue-style checks beside dense Horovod): a branch
+    """What a tape user meets (checked beside dense Horovod): a branch
     whose variable gets no gradient on some steps, op=hvd.Sum, a NaN at the first
     step, another method on one rank, and nonfinite="propagate"."""
     checks = {}
@@ -227,6 +227,11 @@ def user_script(rank, _):
         sparse, _ = run(hs.Compression.topk(density=1.0), op=op)
         checks[f"branch without gradient, {name}: same as dense"] = equal(dense, sparse) or (
             f"{sparse} vs {dense}")
+        if op == hvd.Average:  # the 1-D branch sent densely: exactly dense's gradient
+            split, _ = run(hs.Compression.exdyna(density=0.3, dense_1d=True), op=op)
+            checks["dense_1d: the branch averaged exactly"] = all(
+                (s[1] is None and d[1] is None) or np.array_equal(s[1], d[1])
+                for s, d in zip(split, dense)) or f"{split} vs {dense}"
     compression = hs.Compression.exdyna(density=0.3)
     seen, _ = run(compression, steps=3)
     held = compression.state_dict()["residuals"]["grad.1"]

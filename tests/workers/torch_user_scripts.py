@@ -65,10 +65,11 @@ class MixtureOfExperts(torch.nn.Module):
         return self.head(mixed).sum()
 
 
-def train_experts(compression, steps=6):
+def train_experts(compression, steps=6, momentum=0.0):
     torch.manual_seed(0)
     model = MixtureOfExperts()
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05,
+                                                         momentum=momentum),
                                          compression=compression)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     for step in range(steps):
@@ -301,6 +302,30 @@ def frozen():
     return checks
 
 
+# -- 8. small tensors sent densely ---------------------------------------------------
+def dense_part():
+    dense = digest(train_experts(hvd.Compression.none))
+    everything = hs.Compression.exdyna(density=0.1, dense_below=10 ** 9)
+    checks = {"all_dense_equals_dense": check(torch.equal(digest(train_experts(everything)), dense),
+                                              "dense_below above every size differs from dense")}
+    # DGC keeps the velocity itself: its dense part is momentum SGD (rounding aside)
+    dense_momentum = digest(train_experts(hvd.Compression.none, momentum=0.9))
+    dgc = digest(train_experts(hs.Compression.dgc(density=0.1, dense_below=10 ** 9)))
+    checks["dgc_dense_is_momentum_sgd"] = check(torch.allclose(dgc, dense_momentum, atol=1e-6),
+                                                float((dgc - dense_momentum).abs().max()))
+    compression = hs.Compression.exdyna(density=0.2, dense_1d=True)
+    model = train_experts(compression)
+    biases = sum(p.numel() for name, p in model.named_parameters() if name.endswith("bias"))
+    metrics = compression.metrics()
+    checks["biases_sent_densely"] = check(metrics.dense == biases, f"{metrics.dense} != {biases}")
+    checks["density_over_the_sparsified_part"] = check(
+        metrics.n + metrics.dense == sum(p.numel() for p in model.parameters()), str(metrics))
+    residuals = compression.state_dict()["residuals"]
+    checks["residuals_of_weights_only"] = check(len(residuals) == 5, sorted(residuals))
+    checks["ranks_identical"] = check(same_on_all_ranks(model), "diverged")
+    return checks
+
+
 # -- 9, 10. common slips -------------------------------------------------------------
 def slips():
     checks = {}
@@ -362,7 +387,7 @@ def slips():
 
 SCENARIOS = {"experts": experts, "ops": ops, "checkpoints": checkpoints, "nonfinite": nonfinite,
              "grad_scaler": grad_scaler, "mismatches": mismatches, "frozen": frozen,
-             "slips": slips}
+             "dense_part": dense_part, "slips": slips}
 
 
 def main():
