@@ -29,9 +29,8 @@ import torch
 import torch.nn.functional as F
 import horovod.torch as hvd
 
-import horovod_sparse
 from digits_common import GOSSIP, report
-from torch_training import make_optimizer, traffic_summary
+from torch_training import add_compression_argument, make_optimizer, traffic_summary
 
 TRAIN_FILES = ("argparse.py", "ast.py", "configparser.py", "dataclasses.py", "datetime.py",
                "enum.py", "functools.py", "inspect.py", "pathlib.py", "pickle.py", "shutil.py",
@@ -148,9 +147,7 @@ def train(compression="none", density=0.01, steps=600, batch_size=16, sequence=6
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compression", default="exdyna", help="none, a horovod_sparse "
-                        "method (" + ", ".join(horovod_sparse.available()) + ") or a gossip "
-                        "optimizer (" + ", ".join(GOSSIP) + ")")
+    add_compression_argument(parser)
     parser.add_argument("--density", type=float, default=0.01)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--batch-size", type=int, default=16)

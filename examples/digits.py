@@ -21,9 +21,8 @@ import torch
 import torch.nn.functional as F
 import horovod.torch as hvd
 
-import horovod_sparse
-from digits_common import GOSSIP, add_training_arguments, load_split, report
-from torch_training import make_optimizer, traffic_summary
+from digits_common import add_training_arguments, load_split, report
+from torch_training import add_compression_argument, make_optimizer, traffic_summary
 
 
 def load_data(seed=0):
@@ -85,9 +84,7 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compression", default="exdyna", help="none, a horovod_sparse "
-                        "method (" + ", ".join(horovod_sparse.available()) + ") or a gossip "
-                        "optimizer (" + ", ".join(GOSSIP) + ")")
+    add_compression_argument(parser)
     add_training_arguments(parser)
     args = parser.parse_args()
     hvd.init(process_sets="dynamic" if args.compression == "hierarchical" else None)

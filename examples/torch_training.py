@@ -1,10 +1,18 @@
-"""What the PyTorch examples share: the optimizer for a method and the run's traffic summary."""
+"""What the PyTorch examples share: the ``--compression`` option, the optimizer
+for a method and the run's traffic summary."""
 
 import horovod.torch as hvd
 import torch
 
+import horovod_sparse
 import horovod_sparse.torch as hs
 from digits_common import GOSSIP, dense_summary, sparse_summary
+
+
+def add_compression_argument(parser):
+    parser.add_argument("--compression", default="exdyna", help="none, a horovod_sparse "
+                        "method (" + ", ".join(horovod_sparse.available()) + ") or a gossip "
+                        "optimizer (" + ", ".join(GOSSIP) + ")")
 
 
 def make_optimizer(method, model, density, lr, **options):
