@@ -73,7 +73,9 @@ def plot(stem, results, x, y, labels, title, ylim=None):
 
     figure, axis = plt.subplots(figsize=(7, 4))
     for r in results:
-        axis.plot(x(r), y(r), label="dense" if r["method"] == "none" else r["method"])
+        dense = r["method"] == "none"
+        axis.plot(x(r), y(r), label="dense" if dense else r["method"],
+                  **({"color": "black", "linewidth": 2} if dense else {}))
     axis.set(xlabel=labels[0], ylabel=labels[1], title=title, ylim=ylim)
     axis.legend(ncol=2, fontsize="small")
     figure.tight_layout()
