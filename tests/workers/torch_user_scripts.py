@@ -323,6 +323,28 @@ def dense_part():
     residuals = compression.state_dict()["residuals"]
     checks["residuals_of_weights_only"] = check(len(residuals) == 5, sorted(residuals))
     checks["ranks_identical"] = check(same_on_all_ranks(model), "diverged")
+    # GradScaler with an overflow on one rank: the dense part's NaN rides the same header
+    dense_scales, _ = scaled_run(hvd.Compression.none, 2.0 ** 10)
+    scales, model = scaled_run(hs.Compression.exdyna(density=0.5, nonfinite="propagate",
+                                                     dense_1d=True), 2.0 ** 10)
+    checks["grad_scaler_scales_as_dense"] = check(scales == dense_scales,
+                                                  f"{scales} vs dense {dense_scales}")
+    checks["grad_scaler_ranks_identical"] = check(same_on_all_ranks(model), "diverged")
+    # the usual rank-0 checkpoint of a gathered state, DGC's dense velocities included
+    compression = hs.Compression.dgc(density=0.1, dense_1d=True)
+    train_experts(compression)
+    gathered = compression.state_dict(all_ranks=True)
+    path = hvd.broadcast_object(os.path.join(tempfile.mkdtemp(), "checkpoint.pt"), root_rank=0)
+    if hvd.rank() == 0:
+        torch.save({"compression": gathered}, path)
+    hvd.allreduce(torch.zeros(1), name="dense_part.saved")  # a barrier
+    fresh = hs.Compression.dgc(density=0.1, dense_1d=True)
+    fresh.load_state_dict(torch.load(path, weights_only=False)["compression"])
+    own, loaded = compression.state_dict(), fresh.state_dict()
+    checks["checkpoint_keeps_dense_velocities"] = check(
+        sorted(loaded["dense_velocities"]) == sorted(own["dense_velocities"]) and all(
+            (loaded["dense_velocities"][k] == own["dense_velocities"][k]).all()
+            for k in own["dense_velocities"]), sorted(loaded.get("dense_velocities", {})))
     return checks
 
 
