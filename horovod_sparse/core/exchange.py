@@ -298,24 +298,10 @@ class GradientExchange:
         (copy it to keep it longer).
         """
         split = self.split(layout)
+        sparse = split.sparse_layout
         self.comm.reset_traffic()
         like = next(grad for i, grad in enumerate(grads) if i not in held)
-        scale = self._clip_scale(grads, layout, held)
-        sparse = split.sparse_layout
-        acc = self.feedback.accumulate([grads[i] for i in split.sparse], sparse, scale,
-                                       split.held_in(split.sparse, held), like) \
-            if sparse.n else None
-        finite = self.feedback.finite if sparse.n else True
-        if acc is not None and finite is None:
-            finite = self.ops.all_finite(acc)
-        dense = None
-        if not split.dense:
-            self.dense.refuse_pending(split.dense_layout)
-        else:
-            dense, dense_finite = self.dense.gather([grads[i] for i in split.dense],
-                                                    split.dense_layout, like,
-                                                    split.held_in(split.dense, held), scale)
-            finite = finite and dense_finite
+        acc, dense, finite = self._gather(split, grads, held, like)
         context = StepContext(self.ops, self.comm, sparse, self.step_count, self.configuration,
                               finite=finite, aggregate=self._output(layout, like),
                               feedback=self.feedback, reduction=self.reduction, model=layout)
@@ -356,6 +342,26 @@ class GradientExchange:
         self.history.append(metrics)
         self.step_count += 1
         return aggregate
+
+    def _gather(self, split, grads, held, like):
+        """``(acc, dense, all finite)``: error feedback over the sparsified gradients
+        (``acc``, ``None`` when there are none) and the dense part's vector (``None``
+        when there is none), both of one clipping scale."""
+        scale = self._clip_scale(grads, split.layout, held)
+        acc, finite = None, True
+        if split.sparse_layout.n:
+            acc = self.feedback.accumulate([grads[i] for i in split.sparse], split.sparse_layout,
+                                           scale, split.held_in(split.sparse, held), like)
+            finite = self.feedback.finite
+            if finite is None:
+                finite = self.ops.all_finite(acc)
+        if not split.dense:
+            self.dense.refuse_pending(split.dense_layout)
+            return acc, None, finite
+        dense, dense_finite = self.dense.gather([grads[i] for i in split.dense],
+                                                split.dense_layout, like,
+                                                split.held_in(split.dense, held), scale)
+        return acc, dense, finite and dense_finite
 
     def _clip_scale(self, grads, layout, held):
         """DGC's local gradient clipping: scale so ``||g|| <= clip_norm / sqrt(P)``
