@@ -56,3 +56,6 @@ class MpiCommunicator(Communicator):
 
     def _broadcast_host(self, array, root):
         return self._broadcast(array, root)
+
+    def _allreduce_host(self, array):
+        return self._allreduce_sum(array)

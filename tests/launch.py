@@ -17,7 +17,8 @@ def _env():
     return env
 
 
-def _run(command, timeout):
+def run(command, timeout):
+    """``command`` from the checkout, with the test environment; its stdout, or AssertionError."""
     try:
         result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True,
                                 timeout=timeout)
@@ -36,7 +37,7 @@ def horovodrun(np_, script, *args, timeout=300, testbed=None):
     hosts = ["-H", f"localhost:{np_}"] if testbed is None else testbed.horovodrun_args(np_ // 2)
     command = [os.path.join(BIN, "horovodrun"), "-np", str(np_), *hosts, "--gloo",
                sys.executable, script, *map(str, args)]
-    return _run(command if testbed is None else testbed.on_host1(command), timeout)
+    return run(command if testbed is None else testbed.on_host1(command), timeout)
 
 
 def mpirun(np_, script, *args, timeout=300, testbed=None):
@@ -47,7 +48,7 @@ def mpirun(np_, script, *args, timeout=300, testbed=None):
                "-np", str(np_), *hosts, "-x", "OMP_NUM_THREADS", "-x", "PYTHONPATH",
                "-x", "PYTHONUNBUFFERED", "-x", "TF_CPP_MIN_LOG_LEVEL", "--mca", "btl",
                "self,tcp,vader", sys.executable, script, *map(str, args)]
-    return _run(command if testbed is None else testbed.on_host1(command), timeout)
+    return run(command if testbed is None else testbed.on_host1(command), timeout)
 
 
 def assert_rank_checks(output, size):

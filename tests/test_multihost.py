@@ -1,5 +1,8 @@
 """Horovod jobs across two emulated hosts (``tests/multihost/testbed.py``).
 
+Elastic training: a host leaves and comes back under ``horovodrun``'s elastic
+mode; the compressor's per-rank state follows (``core.elastic``).
+
 Top-k and ExDyna through Horovod's own ``DistributedOptimizer`` on 4 ranks,
 2 on each host, under horovodrun (Gloo, over ssh) and mpirun (MPI, over ssh):
 every rank's aggregate, residual, counts, thresholds and partitions equal the
@@ -15,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from launch import ROOT, horovodrun, mpirun
+from launch import BIN, ROOT, horovodrun, mpirun, run
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "multihost"))
 import testbed  # noqa: E402
@@ -90,3 +93,54 @@ def test_demo_across_hosts():
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "1 Gbit/s link" in out.stdout and "   dense" in out.stdout and "  exdyna" in out.stdout
     assert not any(state["namespace"] or state["sshd_pid"] for state in testbed.status().values())
+
+
+DISCOVERY = """#!/bin/sh
+# Host 2 leaves when rank 0 has reached step {leave} and comes back at step {back}.
+step=$(cat {out}/progress 2>/dev/null || echo 0)
+echo {host1}:1
+if [ "$step" -lt {leave} ] || [ "$step" -ge {back} ]; then echo {host2}:1; fi
+"""
+
+
+def test_elastic_host_removed_and_added_back(bed, tmp_path):
+    """Elastic horovodrun, one rank per host, ExDyna's compressor in ``hvd.elastic.TorchState``:
+    host 2 leaves after step 10 and comes back after step 20.  Training goes on to step
+    30; ranks hold identical parameters at every step; across each restart the pending
+    update ``(1/P) sum_r e_r`` is what it was at the last commit (the removed host's
+    residual is not lost, the new worker does not start from zero)."""
+    leave, back, steps = 10, 20, 30
+    discovery = tmp_path / "discover.sh"
+    discovery.write_text(DISCOVERY.format(out=tmp_path, leave=leave, back=back,
+                                          host1=bed.HOSTS[0][1], host2=bed.HOSTS[1][1]))
+    discovery.chmod(0o755)
+    command = [os.path.join(BIN, "horovodrun"), "-np", "2", "--min-np", "1", "--max-np", "2",
+               "--host-discovery-script", str(discovery), *bed.horovodrun_link_args(),
+               sys.executable, "tests/workers/torch_elastic.py", "--out", str(tmp_path),
+               "--steps", str(steps), "--change-at", f"{leave},{back}"]
+    run(bed.on_host1(command), timeout=300)
+    records = [json.loads(line) for path in tmp_path.glob("*.jsonl")
+               for line in path.read_text().splitlines()]
+    events = {kind: [r for r in records if r["event"] == kind]
+              for kind in ("enter", "commit", "done", "raised")}
+
+    for step in range(1, steps + 1):
+        commits = [r for r in events["commit"] if r["step"] == step]
+        size = 1 if leave < step <= back else 2
+        assert [r["size"] for r in commits] == [size] * size, (step, commits)
+        assert len({r["params"] for r in commits}) == 1, f"ranks differ at step {step}"
+    assert [(r["step"], r["size"]) for r in events["done"]] == [(steps, 2)] * 2
+    assert len({r["params"] for r in events["done"]}) == 1
+    restarts = sorted((r["step"], r["size"]) for r in events["enter"])
+    assert restarts == [(0, 2), (0, 2), (leave, 1), (back, 2), (back, 2)], restarts
+    assert all("HostsUpdatedInterrupt" in r["error"] for r in events["raised"]), events["raised"]
+
+    for step, size_before in ((leave, 2), (back, 1)):
+        before = [r for r in events["commit"] if r["step"] == step]
+        after = [r for r in events["enter"] if r["step"] == step]
+        assert {r["size"] for r in before} == {size_before} and after
+        pending = np.array(before[0]["pending"])
+        assert np.abs(pending).sum() > 1.0, "nothing pending: the check would be vacuous"
+        for record in after:
+            assert record["params"] == before[0]["params"]
+            np.testing.assert_allclose(record["pending"], pending, rtol=1e-6, atol=1e-7)

@@ -16,12 +16,16 @@ collects every rank's state into ``{"ranks": [state_0, ..., state_{P-1}]}``;
   state (thresholds, partitions: they depend on ``P``) is not carried over;
   it is rebuilt at the first step as in a new run.  The step count is kept.
 
+:func:`average` computes that carried-over state directly, with one allreduce
+instead of gathering every rank's state (elastic training keeps it at each
+commit); :func:`broadcast` sends one rank's state to all.
 :func:`encode`/:func:`decode` turn a state into bytes and back exactly
 (arrays in an ``.npz`` archive, everything else as JSON: floats round-trip).
 """
 
 import io
 import json
+import zlib
 
 import numpy as np
 
@@ -71,6 +75,43 @@ def gather(state, comm, timeout=None):
     return {"ranks": [decode(row[:length].tobytes()) for row, length in zip(rows, lengths)]}
 
 
+def average(state, comm):
+    """What :func:`localize` gives a new rank count -- the step and the mean over
+    ranks of every residual and velocity -- from every rank's own ``state``
+    (collective; summed in float64, the same bits on every rank).  Ranks whose
+    states differ in step or in which arrays they hold raise ``ValueError``."""
+    names = [(group, name) for group in _ARRAY_GROUPS for name in sorted(state.get(group, {}))]
+    arrays = [np.asarray(state[group][name], dtype=np.float32) for group, name in names]
+    signature = np.array([int(state.get("step", 0)), len(names),
+                          sum(a.size for a in arrays), _crc(repr(names))], dtype=np.int64)
+    table = comm.allgather_host(signature)
+    if (table != table[0]).any():
+        raise ValueError(f"the ranks' compressor states differ (step, arrays, elements, "
+                         f"names per rank: {table.tolist()}); they cannot be averaged")
+    total = comm.allreduce_host(np.concatenate([a.ravel() for a in arrays])) if table[0, 2] \
+        else np.zeros(0)
+    mean = (total / comm.size).astype(np.float32)
+    merged, start = {"step": int(state.get("step", 0))}, 0
+    for (group, name), array in zip(names, arrays):
+        merged.setdefault(group, {})[name] = mean[start:start + array.size].reshape(array.shape)
+        start += array.size
+    for group in _ARRAY_GROUPS:
+        if group in state:
+            merged.setdefault(group, {})
+    return merged
+
+
+def broadcast(state, comm, root=0):
+    """``root``'s ``state`` (a dict, or ``None``) on every rank (collective)."""
+    data = np.frombuffer(encode({} if state is None else state), dtype=np.uint8) \
+        if comm.rank == root else np.zeros(0, dtype=np.uint8)
+    length = comm.broadcast_host(np.array([data.size, state is None], dtype=np.int64), root)
+    padded = np.zeros(int(length[0]), dtype=np.uint8)
+    padded[:data.size] = data
+    received = comm.broadcast_host(padded, root)
+    return None if length[1] else decode(received.tobytes())
+
+
 def localize(state, rank, size):
     """Rank ``rank`` of ``size``'s state from a gathered or an own state.
 
@@ -95,6 +136,10 @@ def localize(state, rank, size):
                                            dtype=np.float64).astype(np.float32)
                              for name in ranks[0][group]}
     return merged
+
+
+def _crc(text):
+    return zlib.crc32(text.encode())
 
 
 def _npz(**arrays):

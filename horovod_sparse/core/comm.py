@@ -10,8 +10,9 @@ A :class:`Communicator` offers four collectives over framework vectors
   elements of ``x`` to rank ``j`` and returns what it received, in rank
   order, with the received splits;
 
-and ``allgather_host(a)`` / ``broadcast_host(a, root)`` for small fixed-size
-numpy control arrays (``allgather_host`` returns shape ``(P,) + a.shape``).
+and ``allgather_host(a)`` / ``broadcast_host(a, root)`` / ``allreduce_host(a)``
+for numpy arrays on the host (control data, checkpoint state;
+``allgather_host`` returns shape ``(P,) + a.shape``).
 Implementations: :class:`SimulatedCommunicator`
 (threads in one process, for unit tests), ``horovod_sparse.torch.comm``
 (Horovod), ``horovod_sparse.mpi`` (mpi4py).
@@ -64,6 +65,11 @@ class Communicator:
 
     def __init__(self):
         self.traffic = Traffic()
+
+    def current_world(self):
+        """``(rank, size)`` as the framework has them now (they differ from
+        ``rank``/``size`` after an elastic restart)."""
+        return self.rank, self.size
 
     def reset_traffic(self):
         """Return the traffic since the last reset and start a new count."""
@@ -120,6 +126,12 @@ class Communicator:
                             0 if is_root else array.size, array.itemsize)
         return self._timed(self._broadcast_host, array, root)
 
+    def allreduce_host(self, array):
+        """Elementwise sum of every rank's float64 ``array``, the same bits on every rank."""
+        array = np.ascontiguousarray(array, dtype=np.float64)
+        self.traffic.record("allreduce", array.size, array.size, array.itemsize)
+        return self._timed(self._allreduce_host, array)
+
     def _timed(self, collective, *args):
         self.traffic.rounds += 1
         start = time.perf_counter()
@@ -157,6 +169,9 @@ class Communicator:
     def _broadcast_host(self, array, root):
         raise NotImplementedError
 
+    def _allreduce_host(self, array):
+        raise NotImplementedError
+
 
 class ProcessSetCommunicator(Communicator):
     """Base of the Horovod communicators: the ranks of a Horovod process set, and
@@ -173,6 +188,9 @@ class ProcessSetCommunicator(Communicator):
     def reset_traffic(self):
         self._calls = 0
         return super().reset_traffic()
+
+    def current_world(self):
+        return self.process_set.rank(), self.process_set.size()
 
     def global_rank(self, rank):
         """Horovod's broadcast takes the root as a global rank; ours are set ranks."""
@@ -236,6 +254,9 @@ class SimulatedCommunicator(Communicator):
 
     def _broadcast_host(self, array, root):
         return np.array(self._group.exchange(self.rank, array)[root], copy=True)
+
+    def _allreduce_host(self, array):
+        return self._allreduce_sum(array)
 
 
 def run_simulated(size, worker, timeout=60.0):

@@ -6,10 +6,13 @@ step's gradients from Horovod's ``compress`` calls and hand them, flattened in
 a fixed order, to :meth:`WholeModelCompressor.exchange`.  This class owns what
 is the same for every framework: the :class:`GradientExchange` (built at the
 first step), the check that the model does not change between steps, the
-metrics, and the state a checkpoint holds (see ``core.checkpoint``).
+metrics, the state a checkpoint holds (see ``core.checkpoint``), and that
+state across elastic restarts (see ``core.elastic``).
 """
 
-from . import checkpoint
+import copy
+
+from . import checkpoint, elastic
 from .exchange import NONFINITE_POLICIES, GradientExchange, agree, configuration
 from .methods.base import check_positive_int
 from .metrics import summarize
@@ -30,6 +33,7 @@ class WholeModelCompressor:
         if not isinstance(dense_1d, bool):
             raise TypeError(f"dense_1d must be True or False, got {dense_1d!r}")
         self.sparsifier = sparsifier
+        self._untrained = copy.deepcopy(sparsifier)  # what a world change starts again from
         self.reduction = "average"
         self.dense_below = check_positive_int("dense_below", dense_below, allow_none=True)
         self.dense_1d = dense_1d
@@ -37,6 +41,7 @@ class WholeModelCompressor:
         self._exchange = None
         self._comm = None
         self._pending_state = None
+        self._snapshot = None        # core.elastic.Snapshot of the last elastic commit
         self.layout = None
 
     def exchange(self, flat_grads, layout, held=()):
@@ -118,19 +123,72 @@ class WholeModelCompressor:
         seconds; TensorFlow's eager collectives cannot be waited on with a
         deadline, so there it waits.
         """
+        own = self._own_state()
+        return checkpoint.gather(own, self.comm, timeout) if all_ranks else own
+
+    def load_state_dict(self, state):
+        """Resume from ``state`` (this rank's own, or gathered).  In elastic training
+        the loaded state is the new starting point: the next sync keeps it."""
+        self.follow_world()
+        own = checkpoint.localize(state, self.comm.rank, self.comm.size)
+        self._snapshot = None
+        if "step" not in own:  # the state of a compressor that has not run yet
+            self._exchange, self._pending_state = None, None
+        elif self._exchange is None:
+            self._pending_state = own
+        else:
+            self._exchange.load_state_dict(own)
+
+    def _own_state(self):
+        self.follow_world()
         if self._exchange is None:
             own = dict(self._pending_state or {})
         else:
             own = self._exchange.state_dict(self.layout)
         own.update(rank=self.comm.rank, size=self.comm.size)
-        return checkpoint.gather(own, self.comm, timeout) if all_ranks else own
+        return own
 
-    def load_state_dict(self, state):
-        own = checkpoint.localize(state, self.comm.rank, self.comm.size)
-        if self._exchange is None:
-            self._pending_state = own
-        else:
-            self._exchange.load_state_dict(own)
+    # -- elastic training (core.elastic; the framework's state handler calls these) --
+    def elastic_begin(self):
+        """When the elastic state is built: remember this rank's state (no collective)."""
+        self._snapshot = elastic.local_snapshot(self._own_state())
+
+    def elastic_commit(self):
+        """At ``state.commit()`` (collective): keep this rank's state and the ranks' mean."""
+        self._snapshot = elastic.commit(self._own_state(), self.comm)
+
+    def elastic_restore(self):
+        """After a failed step: drop it; :meth:`elastic_sync` follows."""
+        self._forget_steps()
+
+    def elastic_sync(self):
+        """After an elastic restart (collective over the new world): resume from this
+        rank's own committed state, or every rank from the committed mean."""
+        snapshot = self._snapshot or elastic.local_snapshot(self._own_state())
+        self._forget_world()
+        state, snapshot = elastic.resume(snapshot, self.comm)
+        self.load_state_dict(state)
+        self._snapshot = snapshot
+
+    def follow_world(self):
+        """At a step's start: when Horovod runs another world than the last step
+        (an elastic restart that did not sync: hosts removed), carry the committed
+        state over.  Outside elastic training that raises instead."""
+        if self._comm is None:
+            return
+        world = self._comm.current_world()
+        if world != (self._comm.rank, self._comm.size):
+            state = elastic.after_shrink(self._snapshot, *world)
+            self._forget_world()
+            self.load_state_dict(state)
+            self._snapshot = elastic.Snapshot(state, state)
+
+    def _forget_world(self):
+        """Drop everything tied to the ranks of the last step (communicator, exchange,
+        the step in flight); the state to resume from is loaded next."""
+        self._comm, self._exchange, self._pending_state, self.layout = None, None, None, None
+        self.sparsifier = copy.deepcopy(self._untrained)
+        self._forget_steps()
 
     # -- framework hooks ----------------------------------------------------------
     def _ops(self):
@@ -138,6 +196,9 @@ class WholeModelCompressor:
 
     def _communicator(self):
         raise NotImplementedError
+
+    def _forget_steps(self):
+        """Forget the step in flight and what the first step established."""
 
 
 def reduction_of(op, horovod):

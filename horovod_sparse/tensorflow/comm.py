@@ -44,3 +44,6 @@ class HorovodTensorFlowCommunicator(ProcessSetCommunicator):
     def _broadcast_host(self, array, root):
         return np.asarray(hvd.broadcast(tf.constant(array), self.global_rank(root), name=self._name(),
                                         process_set=self.process_set).numpy())
+
+    def _allreduce_host(self, array):
+        return np.asarray(self._allreduce_sum(tf.constant(array)).numpy())

@@ -58,3 +58,7 @@ class HorovodTorchCommunicator(ProcessSetCommunicator):
                              process_set=self.process_set).numpy()
 
 
+
+    def _allreduce_host(self, array):
+        return hvd.allreduce(torch.from_numpy(array), op=hvd.Sum, name=self._name(),
+                             process_set=self.process_set).numpy()

@@ -123,6 +123,8 @@ class SparseCompressor(WholeModelCompressor):
             return tensor, None
         if self._outcome is not None:  # first compress after an exchange: a new step
             self._outcome, self._recorded, self._decompressed = None, [], 0
+        if not self._recorded:
+            self.follow_world()
         self._recorded.append(self._identify(tensor))
         # float32 whatever the gradient's dtype: Horovod cannot allreduce bfloat16 on CPU
         return torch.zeros(1, device=tensor.device), _Slot(len(self._recorded) - 1)
@@ -143,6 +145,12 @@ class SparseCompressor(WholeModelCompressor):
                 release_pending(self._optimizer)
             raise self._outcome
         return self._outcome[ctx.index]
+
+    def _forget_steps(self):
+        if self._optimizer is not None:
+            release_pending(self._optimizer)
+        self._parameters = self._positions = self._optimizer = None
+        self._by_gradient, self._recorded, self._outcome, self._decompressed = {}, [], None, 0
 
     # -- which gradient is this? ------------------------------------------------
     def _identify(self, tensor):

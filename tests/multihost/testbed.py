@@ -207,8 +207,12 @@ def on_host1(command):
 
 def horovodrun_args(slots=2):
     hosts = ",".join(f"{hostname}:{slots}" for _, hostname, _ in HOSTS)
-    return ["-H", hosts, "-p", str(PORT), "--ssh-identity-file", KEY,
-            "--network-interfaces", INTERFACE]
+    return ["-H", hosts, *horovodrun_link_args()]
+
+
+def horovodrun_link_args():
+    """How horovodrun reaches the hosts (without ``-H``: elastic jobs discover them)."""
+    return ["-p", str(PORT), "--ssh-identity-file", KEY, "--network-interfaces", INTERFACE]
 
 
 def mpirun_args(slots=2):
