@@ -77,6 +77,8 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
                "samples_per_second": float(batch_size * size / times.mean()),
                "epoch_seconds": float(times.mean() * steps_per_epoch),
                "density_per_step": [m.density for m in getattr(compressor, "history", [])],
+               "dense_step_share": float(np.mean([m.extra.get("fallback", False) for m in
+                                                  getattr(compressor, "history", [])] or [1.0])),
                "step_ms": float(1000 * times.mean())}
     summary.update(traffic_summary(compression, model, optimizer, compressor))
     return summary

@@ -115,3 +115,13 @@ def test_demo_explains_a_sparse_row_slower_than_dense():
              re.findall(r"\s(none|exdyna)\s+[\d.]+%\s+([\d,.]+)\s", out)}
     assert set(rates) == {"none", "exdyna"}, out[-2000:]
     assert ("Why is exdyna slower here" in out) == (rates["exdyna"] < rates["none"]), out[-2000:]
+
+
+@pytest.mark.horovod
+def test_fallback_benchmark_quick():
+    """Two epochs of the digits on 2 ranks: the method as it is and with fallback="auto",
+    whose probe ends within the first epoch and then sends some steps densely."""
+    out = horovodrun(2, "benchmarks/fallback.py", "--methods", "exdyna", "--epochs", 2,
+                     "--no-docs")
+    shares = dict(re.findall(r"fallback=\s*(None|auto):.*dense steps (\d+)%", out))
+    assert shares.get("None") == "0" and "auto" in shares, out[-2000:]

@@ -13,6 +13,7 @@ state across elastic restarts (see ``core.elastic``).
 import copy
 
 from . import checkpoint, elastic
+from .fallback import create_fallback
 from .exchange import NONFINITE_POLICIES, GradientExchange, agree, configuration
 from .methods.base import check_positive_int
 from .metrics import summarize
@@ -25,9 +26,11 @@ class WholeModelCompressor:
 
     ``dense_below`` / ``dense_1d``: gradients with fewer elements (or of one
     dimension) are averaged exactly instead of sparsified (``core.dense_part``).
+    ``fallback="auto"``: dense steps where sparse ones are slower (``core.fallback``).
     """
 
-    def __init__(self, sparsifier, nonfinite="raise", dense_below=None, dense_1d=False):
+    def __init__(self, sparsifier, nonfinite="raise", dense_below=None, dense_1d=False,
+                 fallback=None):
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         if not isinstance(dense_1d, bool):
@@ -37,6 +40,8 @@ class WholeModelCompressor:
         self.reduction = "average"
         self.dense_below = check_positive_int("dense_below", dense_below, allow_none=True)
         self.dense_1d = dense_1d
+        create_fallback(fallback)  # checks the value
+        self.fallback = fallback
         self._nonfinite = nonfinite
         self._exchange = None
         self._comm = None
@@ -69,7 +74,7 @@ class WholeModelCompressor:
     def configuration(self):
         """The configuration every rank must share (see ``core.exchange``)."""
         return configuration(self.sparsifier, self._nonfinite, self.reduction, self.dense_below,
-                             self.dense_1d)
+                             self.dense_1d, self.fallback)
 
     def check_agreement(self, layout):
         """Raise on every rank unless all ranks have this ``layout`` and configuration
@@ -82,7 +87,8 @@ class WholeModelCompressor:
         if self._exchange is None:
             self._exchange = GradientExchange(self.sparsifier, self._ops(), self.comm,
                                               nonfinite=self._nonfinite, reduction=self.reduction,
-                                              dense_below=self.dense_below, dense_1d=self.dense_1d)
+                                              dense_below=self.dense_below, dense_1d=self.dense_1d,
+                                              fallback=self.fallback)
             if self._pending_state is not None:
                 self._exchange.load_state_dict(self._pending_state)
                 self._pending_state = None

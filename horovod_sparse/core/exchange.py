@@ -28,12 +28,14 @@ import numpy as np
 
 from .dense_part import DensePart, Split, dense_positions
 from .errors import ConfigurationMismatchError, ModelMismatchError, NonFiniteGradientError
+from .fallback import DenseStep, create_fallback
 from .feedback import ErrorFeedback
 from .metrics import StepMetrics
 from .methods.base import check_positive_int
 
 NONFINITE_POLICIES = ("raise", "skip", "propagate")
 REDUCTIONS = ("average", "sum")
+DENSE_STEP = DenseStep()
 INT32_POSITIONS = 2 ** 31  # flat models up to this many elements send int32 indices
 
 
@@ -62,7 +64,7 @@ class StepContext:
     """
 
     def __init__(self, ops, comm, layout, step, configuration, finite, aggregate, feedback,
-                 reduction="average", model=None):
+                 reduction="average", model=None, announce=None):
         self.ops, self.layout, self.step = ops, layout, step
         self.model = layout if model is None else model  # checked in the header
         self.wire_dtype = wire_dtype(self.model)
@@ -71,6 +73,8 @@ class StepContext:
         self._aggregate = aggregate
         self._feedback = feedback
         self._header_exchanged = False
+        self._announce = announce  # the header's last field (fallback="auto": last step's µs)
+        self.announced = None      # every rank's announced value, after the header
         self.selection_time = 0.0
 
     @property
@@ -92,6 +96,11 @@ class StepContext:
         keep the rounding error there instead."""
         self._feedback.clear(indices, self.wire_dtype)
 
+    def flush(self):
+        """Error feedback after sending every coordinate: the residual is empty
+        (but for float16 rounding), the velocity is kept."""
+        self._feedback.flush(self.wire_dtype)
+
     def reduced(self, summed):
         """The ranks' ``summed`` values as the step's reduction: divided by ``P``
         (``"average"``, Horovod's default) or as they are (``"sum"``, ``op=hvd.Sum``)."""
@@ -102,13 +111,14 @@ class StepContext:
 
     # -- the header ---------------------------------------------------------------
     def exchange_header(self, *fields):
-        """Allgather ``[layout fp, configuration fp, non-finite, *fields]``; check it on
-        every rank.  Returns every rank's ``fields``: int64, shape ``(P, len(fields))``."""
+        """Allgather ``[layout fp, configuration fp, non-finite, *fields, announced]``
+        (``announced``: see ``core.fallback``); check it on every rank.  Returns every rank's ``fields``: int64, shape ``(P, len(fields))``."""
         if self._header_exchanged:
             raise RuntimeError("the step's header was already exchanged")
-        table = self._comm.allgather_host(
-            header_row(self.model, self.configuration, self.finite, fields))
+        table = self._comm.allgather_host(header_row(
+            self.model, self.configuration, self.finite, (*fields, self._announce or 0)))
         self._header_exchanged = True
+        self.announced, table = table[:, -1], table[:, :-1]
         return check_header(table, self.rank, self.model, self.configuration, self.step)
 
     # -- payload collectives (after the header) -------------------------------------
@@ -239,12 +249,14 @@ class GradientExchange:
         (``None``: none), and with ``dense_1d`` every one-dimensional gradient,
         are averaged exactly by one allreduce in the same step instead of
         sparsified (see ``core.dense_part``).
+    fallback : ``None`` (default: always the method) or ``"auto"``: time sparse
+        and dense steps and run the faster (see ``core.fallback``).
     history_size : how many steps of ``StepMetrics`` ``history`` keeps (the
         newest; 1,000 by default), so a long run's memory does not grow.
     """
 
     def __init__(self, sparsifier, ops, comm, nonfinite="raise", reduction="average",
-                 dense_below=None, dense_1d=False, history_size=1000):
+                 dense_below=None, dense_1d=False, fallback=None, history_size=1000):
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         if reduction not in REDUCTIONS:
@@ -255,6 +267,8 @@ class GradientExchange:
         self.nonfinite, self.reduction = nonfinite, reduction
         self.dense_below = check_positive_int("dense_below", dense_below, allow_none=True)
         self.dense_1d = dense_1d
+        self.fallback_option, self.fallback = fallback, create_fallback(fallback)
+        self._last_seconds = 0.0  # this rank's time of the last step (fallback="auto")
         self.feedback = ErrorFeedback(ops, momentum=sparsifier.momentum)
         self.dense = DensePart(ops, momentum=sparsifier.momentum)
         self._split = None
@@ -268,7 +282,7 @@ class GradientExchange:
     def configuration(self):
         """What every rank must agree on besides the model (checked in the header)."""
         return configuration(self.sparsifier, self.nonfinite, self.reduction, self.dense_below,
-                             self.dense_1d)
+                             self.dense_1d, self.fallback_option)
 
     def split(self, layout):
         """``layout`` split into the sparsified and the dense gradients (see
@@ -297,17 +311,22 @@ class GradientExchange:
         buffers used in turn: valid until the step after next overwrites it
         (copy it to keep it longer).
         """
+        start = time.perf_counter()
         split = self.split(layout)
         sparse = split.sparse_layout
         self.comm.reset_traffic()
         like = next(grad for i, grad in enumerate(grads) if i not in held)
         acc, dense, finite = self._gather(split, grads, held, like)
+        announce = None if self.fallback is None else round(self._last_seconds * 1e6)
         context = StepContext(self.ops, self.comm, sparse, self.step_count, self.configuration,
                               finite=finite, aggregate=self._output(layout, like),
-                              feedback=self.feedback, reduction=self.reduction, model=layout)
+                              feedback=self.feedback, reduction=self.reduction, model=layout,
+                              announce=announce)
+        method = self.sparsifier if self.fallback is None or \
+            self.fallback.kind(self.step_count) == "sparse" else DENSE_STEP
         try:
             if sparse.n:
-                aggregate, metrics = self.sparsifier.exchange(acc, context)
+                aggregate, metrics = method.exchange(acc, context)
             else:  # every gradient dense: the header still comes first
                 context.exchange_header()
                 aggregate = context.new_aggregate()
@@ -340,7 +359,10 @@ class GradientExchange:
         metrics.communication_time = traffic["seconds"]
         metrics.rounds = traffic["rounds"]
         self.history.append(metrics)
+        if self.fallback is not None and self.step_count and context.announced is not None:
+            self.fallback.observe(self.step_count - 1, context.announced / 1e6)
         self.step_count += 1
+        self._last_seconds = time.perf_counter() - start
         return aggregate
 
     def _gather(self, split, grads, held, like):
@@ -400,11 +422,14 @@ class GradientExchange:
             self.sparsifier.load_state_dict(state["sparsifier"])
 
 
-def configuration(sparsifier, nonfinite, reduction, dense_below=None, dense_1d=False):
+def configuration(sparsifier, nonfinite, reduction, dense_below=None, dense_1d=False,
+                  fallback=None):
     """The text every rank's configuration fingerprint is taken of: the method with
     its hyper-parameters (its ``repr``), the non-finite policy, the reduction and
     which gradients are sent densely."""
     text = f"{sparsifier!r}, nonfinite={nonfinite!r}, reduction={reduction!r}"
     if dense_below is not None or dense_1d:
         text += f", dense_below={dense_below!r}, dense_1d={dense_1d!r}"
+    if fallback is not None:
+        text += f", fallback={fallback!r}"
     return text

@@ -136,6 +136,16 @@ class ErrorFeedback:
         if self.momentum:
             self.ops.zero_at(self._velocity.spare, indices)
 
+    def flush(self, wire_dtype="float32"):
+        """Every coordinate was sent: zero the accumulated gradient (float16: keep
+        the rounding error); the velocity is kept, as momentum SGD keeps it."""
+        spare = self._residual.spare
+        if wire_dtype == "float32":
+            self.ops.fill_zero(spare)
+        else:
+            self.ops.keep_rounding_error(spare, self.ops.arange(0, spare.shape[0], spare),
+                                         wire_dtype)
+
     def commit(self):
         """Make the accumulated buffers (after :meth:`clear`) the new residual and
         velocity; held gradients keep their old ones."""

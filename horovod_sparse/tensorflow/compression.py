@@ -98,6 +98,8 @@ class SparseCompressor(WholeModelCompressor, Trackable):
     dense_below, dense_1d : gradients with fewer than ``dense_below``
         elements (``None``: none), and with ``dense_1d`` every one-dimensional
         gradient, are averaged exactly in the same step instead of sparsified.
+    fallback : ``"auto"``: dense steps where sparse ones are slower
+        (``core.fallback``); ``None`` (default): always the method.
 
     Checkpoints: by default each rank's checkpoint holds its own state (the
     residuals are per rank).  For a checkpoint rank 0 alone writes, call
@@ -106,8 +108,8 @@ class SparseCompressor(WholeModelCompressor, Trackable):
     """
 
     def __init__(self, sparsifier, nonfinite="raise", process_set=None, dense_below=None,
-                 dense_1d=False):
-        super().__init__(sparsifier, nonfinite, dense_below, dense_1d)
+                 dense_1d=False, fallback=None):
+        super().__init__(sparsifier, nonfinite, dense_below, dense_1d, fallback)
         self._process_set = process_set
         self._trace = None
         self._gathered = None
@@ -233,15 +235,16 @@ class Compression:
             compression=horovod_sparse.tensorflow.Compression.exdyna(density=0.001))
 
     Every factory takes ``density`` and the method's hyper-parameters, plus
-    the optional ``nonfinite``, ``process_set``, ``dense_below`` and ``dense_1d``.
+    the optional ``nonfinite``, ``process_set``, ``dense_below``, ``dense_1d``
+    and ``fallback``.
     """
 
     @staticmethod
     def create(name, nonfinite="raise", process_set=None, dense_below=None, dense_1d=False,
-               **hyperparameters):
+               fallback=None, **hyperparameters):
         return SparseCompressor(create(name, **hyperparameters), nonfinite=nonfinite,
                                 process_set=process_set, dense_below=dense_below,
-                                dense_1d=dense_1d)
+                                dense_1d=dense_1d, fallback=fallback)
 
 
 __all__ = ["Compression", "SparseCompressor", "check_variables"]

@@ -97,6 +97,9 @@ class SparseCompressor(WholeModelCompressor):
         gradient (biases, norm scales), are averaged exactly in the same step
         instead of sparsified; density is then counted over the sparsified part
         (``overall_density`` counts both).
+    fallback : ``"auto"`` times sparse and dense steps and runs the faster,
+        re-checking every 200 steps (``core.fallback``); ``None`` (default)
+        always runs the method.
 
     Metrics (``metrics()``, ``history``, ``summary()``) and checkpoint state
     (``state_dict(all_ranks=False)``, ``load_state_dict``) come from
@@ -104,8 +107,8 @@ class SparseCompressor(WholeModelCompressor):
     """
 
     def __init__(self, sparsifier, named_parameters=None, nonfinite="raise", process_set=None,
-                 check_every=None, dense_below=None, dense_1d=False):
-        super().__init__(sparsifier, nonfinite, dense_below, dense_1d)
+                 check_every=None, dense_below=None, dense_1d=False, fallback=None):
+        super().__init__(sparsifier, nonfinite, dense_below, dense_1d, fallback)
         self._named_parameters = named_parameters
         self._process_set = process_set
         self._check_every = check_positive_int("check_every", check_every, allow_none=True)
@@ -276,16 +279,17 @@ class Compression:
 
     Every factory takes ``density`` and the method's hyper-parameters, plus
     the optional ``named_parameters``, ``nonfinite``, ``process_set``,
-    ``check_every``, ``dense_below`` and ``dense_1d`` (see :class:`SparseCompressor`).
+    ``check_every``, ``dense_below``, ``dense_1d`` and ``fallback`` (see
+    :class:`SparseCompressor`).
     """
 
     @staticmethod
     def create(name, named_parameters=None, nonfinite="raise", process_set=None, check_every=None,
-               dense_below=None, dense_1d=False, **hyperparameters):
+               dense_below=None, dense_1d=False, fallback=None, **hyperparameters):
         return SparseCompressor(create(name, **hyperparameters), named_parameters=named_parameters,
                                 nonfinite=nonfinite, process_set=process_set,
                                 check_every=check_every, dense_below=dense_below,
-                                dense_1d=dense_1d)
+                                dense_1d=dense_1d, fallback=fallback)
 
 
 __all__ = ["Compression", "SparseCompressor", "check_parameters"]
