@@ -25,6 +25,7 @@ bench: install
 	$(PY) benchmarks/rebalance.py
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/dense_below.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/fallback.py
+	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/fallback.py --page fallback_2ranks.md
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/sparse_allreduce.py
 	mpirun --allow-run-as-root -np 2 $(PY) benchmarks/sparse_allreduce.py --communicator mpi
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.01
@@ -35,6 +36,7 @@ bench: install
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/synthetic.py --docs --iters 3 \
 		--compression none,topk,gtopk,randomk,threshold,dgc,cltk,gssgd,micro,exdyna,deft
 	$(PY) benchmarks/multihost.py --rates 1gbit,10gbit
+	$(PY) benchmarks/multihost.py --fallback
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/threshold_control.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/gossip.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/gossip.py --task charlm

@@ -14,7 +14,9 @@ bytes per step, per rate) and ``docs/multihost.png``; the bed is taken down
 at the end.  ``--quick`` runs dense and ExDyna on the small model, unshaped,
 and writes nothing.  ``--demo`` (``make demo``'s second part) runs dense and
 ExDyna at 1 Gbit/s, prints img/s and loss side by side and writes nothing;
-without root it says how to see it instead.
+without root it says how to see it instead.  ``--fallback`` runs dense,
+ExDyna and ExDyna with ``fallback="auto"`` at 1 Gbit/s and writes
+``docs/fallback_multihost.md``.
 """
 
 import argparse
@@ -31,6 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "multihost"))
 import testbed  # noqa: E402
 from common import relative_to_floors  # noqa: E402
+
+from horovod_sparse.core.fallback import AutoFallback  # noqa: E402
 
 DOCS = os.path.join(ROOT, "docs")
 BIN = os.path.dirname(sys.executable)
@@ -71,10 +75,12 @@ def bring_up(rate):
     print(f"link {rate}:", flush=True)
 
 
-def run(method, args, out):
+def run(method, args, out, fallback=None, iters=None):
     arguments = [os.path.join(ROOT, "benchmarks", "synthetic.py"), "--compression", method,
                  "--density", str(args.density), "--json", out]
-    arguments += ["--quick"] if args.quick else ["--model", "wide", "--iters", str(args.iters)]
+    arguments += ["--quick"] if args.quick else ["--model", "wide",
+                                                 "--iters", str(iters or args.iters)]
+    arguments += ["--fallback", fallback] if fallback else []
     stdout = launch_on_bed(args.ranks_per_host, arguments)
     for line in stdout.splitlines():
         if "Total img/sec" in line or "breakdown" in line or line.startswith("Note:"):
@@ -151,6 +157,37 @@ def demo(results):
           "same steps).")
 
 
+def fallback_run(args, scratch):
+    """Where sparse wins: dense, ExDyna, and ExDyna with ``fallback="auto"`` over a whole
+    re-check cycle (its probe's dense steps included) at 1 Gbit/s; writes
+    ``docs/fallback_multihost.md``."""
+    bring_up("1gbit")
+    cycle = AutoFallback()
+    steps = cycle.recheck_every + 1  # after the synthetic benchmark's 3 untimed warm-up steps
+    results = [run("none", args, os.path.join(scratch, "dense.json")),
+               run("exdyna", args, os.path.join(scratch, "exdyna.json")),
+               run("exdyna", args, os.path.join(scratch, "auto.json"), fallback="auto",
+                   iters=-(-steps // 3))]
+    dense, sparse, auto = (r["total_img_sec"] for r in results)
+    kept = (auto - dense) / (sparse - dense)
+    lines = ["# fallback=\"auto\" where sparse wins", "",
+             f"`python benchmarks/multihost.py --fallback` (as root; {platform.machine()}, "
+             f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}): the wide model "
+             f"({results[0]['parameters']:,} parameters, density {args.density}) across the "
+             "two-host bed at 1 Gbit/s, one rank per host.  The fallback run covers a whole "
+             f"re-check cycle ({cycle.recheck_every} steps, its {cycle.probe} timed dense "
+             "steps included).", "",
+             "| run | total img/sec | vs dense | dense steps |", "|---|---:|---:|---:|"]
+    for name, r in zip(("dense", "exdyna", "exdyna, fallback=auto"), results):
+        lines.append(f"| {name} | {r['total_img_sec']:.1f} | {r['total_img_sec'] / dense:.2f}x "
+                     f"| {r['dense_step_share']:.0%} |")
+    lines += ["", f"Share of ExDyna's speed-up over dense that the fallback keeps: {kept:.0%} "
+              f"(target 90 %: {'met' if kept >= 0.9 else 'missed'}).", ""]
+    print("\n".join(lines))
+    with open(os.path.join(DOCS, "fallback_multihost.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
 DEMO_HINT = ("Sparse training pays where the network is the bottleneck, which one host is not. "
              "Run `make demo` as root to also train a 27.2M-parameter model across two emulated "
              "hosts joined by a 1 Gbit/s link (dense vs ExDyna), or see docs/multihost.md.")
@@ -166,7 +203,13 @@ def main():
                         help="default: one per core of an emulated host (the two share the cores)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--demo", action="store_true")
+    parser.add_argument("--fallback", action="store_true",
+                        help="ExDyna with and without fallback=\"auto\" at 1 Gbit/s")
     args = parser.parse_args()
+    if args.fallback:
+        with test_bed("multihost"), tempfile.TemporaryDirectory() as scratch:
+            fallback_run(args, scratch)
+        return
     if args.quick:
         args.rates, args.methods = "unshaped", "none,exdyna"
     if args.demo:

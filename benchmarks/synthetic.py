@@ -80,7 +80,7 @@ def benchmark(args, method):
     compression = hvd.Compression.none
     if method != "none":
         compression = hs.Compression.create(method, density=args.density,
-                                            named_parameters=named)
+                                            named_parameters=named, fallback=args.fallback)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.001),
                                          named_parameters=named, compression=compression)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -127,13 +127,14 @@ def report(args, method, model, compression, times, rates, loss):
     step_ms = {key: 1000 * float(np.mean(value)) for key, value in times.items()}
     if method == "none":
         selection_ms, communication_ms = 0.0, step_ms["synchronize"]
-        density, bytes_per_step = 1.0, 8.0 * n
+        density, bytes_per_step, dense_steps = 1.0, 8.0 * n, 1.0
     else:
         history = compression.history[-measured:]
         selection_ms = 1000 * float(np.mean([m.selection_time for m in history]))
         communication_ms = 1000 * float(np.mean([m.communication_time for m in history]))
         density = float(np.mean([m.density for m in history]))
         bytes_per_step = float(np.mean([m.bytes_sent + m.bytes_received for m in history]))
+        dense_steps = float(np.mean([m.extra.get("fallback", False) for m in history]))
     total_ms = sum(step_ms.values())
     breakdown = {"forward_backward_ms": step_ms["forward_backward"], "selection_ms": selection_ms,
                  "communication_ms": communication_ms,
@@ -145,7 +146,9 @@ def report(args, method, model, compression, times, rates, loss):
               "ranks": size, "batch_size": args.batch_size,
               "img_sec_per_worker": float(rates.mean()), "img_sec_per_worker_ci": float(1.96 * rates.std()),
               "total_img_sec": float(size * rates.mean()), "total_img_sec_ci": float(size * 1.96 * rates.std()),
-              "density": density, "bytes_per_step": bytes_per_step, "loss": loss, **breakdown}
+              "density": density, "bytes_per_step": bytes_per_step, "loss": loss,
+              "fallback": args.fallback if method != "none" else None,
+              "dense_step_share": dense_steps, **breakdown}
     if hvd.rank() == 0:
         print(f"Img/sec per worker: {rates.mean():.1f} +-{1.96 * rates.std():.1f}")
         print(f"Total img/sec on {size} worker(s): {size * rates.mean():.1f} "
@@ -230,6 +233,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=3, help="warm-up steps, not measured")
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--batches-per-iter", type=int, default=3)
+    parser.add_argument("--fallback", choices=["auto"], help="the compressors' fallback")
     parser.add_argument("--json", help="write the list of results here (rank 0)")
     parser.add_argument("--docs", action="store_true", help="write docs/synthetic.md and .png")
     parser.add_argument("--quick", action="store_true", help="small model, one short iteration")

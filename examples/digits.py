@@ -79,7 +79,8 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
                "density_per_step": [m.density for m in getattr(compressor, "history", [])],
                "dense_step_share": float(np.mean([m.extra.get("fallback", False) for m in
                                                   getattr(compressor, "history", [])] or [1.0])),
-               "step_ms": float(1000 * times.mean())}
+               "step_ms": float(1000 * times.mean()),
+               "step_ms_median": float(1000 * np.median(times))}
     summary.update(traffic_summary(compression, model, optimizer, compressor))
     return summary
 

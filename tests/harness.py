@@ -5,6 +5,7 @@ import numpy as np
 import reference
 from gradients import SHAPES, sizes
 from horovod_sparse.core import GradientExchange, Layout, NumpyOps, create, run_simulated
+from horovod_sparse.core.fallback import AutoFallback
 
 PARTITION_CASES = [
     ("topk", {}),
@@ -106,3 +107,15 @@ def check_extras(got, want, rank, where):
         assert list(got["edges"]) == want["edges"], where
     if "velocities" in want:
         np.testing.assert_array_equal(got["velocity"], want["velocities"][rank], err_msg=where)
+
+
+class FixedSchedule(AutoFallback):
+    """``fallback="auto"`` with sparse (``s``) and dense (``D``) steps in a fixed,
+    repeating ``pattern``: for tests of the switch itself, not of the timing."""
+
+    def __init__(self, pattern):
+        super().__init__()
+        self.pattern = pattern
+
+    def kind(self, step):
+        return "dense" if self.pattern[step % len(self.pattern)] == "D" else "sparse"

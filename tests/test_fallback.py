@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gradients import SHAPES, stream
-from harness import layout_of
+from harness import FixedSchedule, layout_of
 from horovod_sparse import create
 from horovod_sparse.core import GradientExchange, NumpyOps, run_simulated
 from horovod_sparse.core.errors import ConfigurationMismatchError
@@ -20,24 +20,46 @@ LAYOUT = layout_of(SHAPES)
 
 
 def schedule(policy, steps, seconds):
-    """The kinds ``policy`` runs when a sparse step takes ``seconds["sparse"]`` and a
-    dense one ``seconds["dense"]`` on both of 2 ranks."""
+    """The kinds ``policy`` runs on 2 ranks when a sparse step's period is
+    ``seconds["sparse"]`` and a dense one's ``seconds["dense"]``."""
     kinds = []
     for step in range(steps):
-        kinds.append(policy.kind(step))
         if step:
-            policy.observe(step - 1, [seconds[kinds[step - 1]]] * 2)
+            policy.record_period(step - 1, seconds[kinds[step - 1]])
+        kinds.append(policy.kind(step))
+        if kinds[-1] == "sparse":  # the step's header
+            policy.decide(step, np.array([policy.announcement(step)] * 2))
     return "".join("D" if kind == "dense" else "s" for kind in kinds)
 
 
 def test_dense_is_chosen_where_it_is_faster_and_rechecked_every_cycle():
     policy = AutoFallback(probe=2, recheck_every=10, warmup=1)
-    assert schedule(policy, 21, {"sparse": 2.0, "dense": 1.0}) == "s" + "ssDDsDDDDD" + "ssDDDDDDDD"
+    assert schedule(policy, 21, {"sparse": 2.0, "dense": 1.0}) == "s" + "DDsssDDDDD" * 2
 
 
 def test_sparse_stays_where_it_pays():
     policy = AutoFallback(probe=2, recheck_every=10, warmup=1)
-    assert schedule(policy, 21, {"sparse": 1.0, "dense": 5.0}) == "s" + "ssDDssssss" * 2
+    assert schedule(policy, 21, {"sparse": 1.0, "dense": 5.0}) == "s" + "DDssssssss" * 2
+
+
+def test_one_slow_probe_step_does_not_decide():
+    """A step is only ever slowed down by what else runs, so each kind counts its
+    shortest period: one dense probe held up 5x still loses to nothing."""
+    policy = AutoFallback(probe=2, recheck_every=10, warmup=0)
+    for step, seconds in enumerate([5.0, 1.0, 2.0, 2.1]):  # dense, dense, sparse, sparse
+        policy.record_period(step, seconds)
+    assert policy.announcement(4) == -1_000_000
+    policy.decide(4, np.array([policy.announcement(4)] * 2))
+    assert policy.choice == "dense"
+
+
+def test_the_decision_is_the_ranks_mean():
+    """Rank 0 finds dense 1 ms faster, rank 1 finds it 3 ms slower: sparse, on both."""
+    policy = AutoFallback(probe=1, recheck_every=5, warmup=0)
+    policy.decide(2, np.array([-1000, 3000]))
+    assert policy.choice == "sparse"
+    policy.decide(2, np.array([-3000, 1000]))
+    assert policy.choice == "dense"
 
 
 @pytest.mark.parametrize("arguments", [{"probe": 0}, {"recheck_every": 5}, {"warmup": -1}])
@@ -48,17 +70,6 @@ def test_bad_settings_are_clear_errors(arguments):
         create_fallback("always")
 
 
-class Alternating(AutoFallback):
-    """Sparse and dense steps in a fixed pattern (the switch itself is under test)."""
-
-    def __init__(self, pattern):
-        super().__init__()
-        self.pattern = pattern
-
-    def kind(self, step):
-        return "dense" if self.pattern[step % len(self.pattern)] == "D" else "sparse"
-
-
 @pytest.mark.parametrize("method", ["topk", "exdyna", "dgc"])
 def test_nothing_owed_is_lost_across_switches(method):
     size, steps = 2, 9
@@ -67,7 +78,7 @@ def test_nothing_owed_is_lost_across_switches(method):
     def worker(comm):
         exchange = GradientExchange(create(method, density=0.05), NumpyOps(), comm,
                                     fallback="auto")
-        exchange.fallback = Alternating("ssDDs")
+        exchange.fallback = FixedSchedule("ssDDs")
         total = np.zeros(LAYOUT.n)
         for flat in (step[comm.rank] for step in grads):
             total += exchange.step([flat[s:e] for s, e in LAYOUT.bounds], LAYOUT)
@@ -112,3 +123,77 @@ def test_ranks_must_agree_on_the_fallback():
         exchange.step([flat[s:e] for s, e in LAYOUT.bounds], LAYOUT)
     with pytest.raises(ConfigurationMismatchError):
         run_simulated(2, worker)
+
+
+def whole_step(exchange, comm, flat, held=()):
+    """A dense step the way the PyTorch adapter runs it, with the simulated ranks'
+    allreduce standing in for Horovod's: gradient by gradient, averaged in place."""
+    exchange.begin_whole_step(LAYOUT, held, flat)
+    bounds = exchange.split(LAYOUT).output_bounds
+    sent = [exchange.whole_gradient(i, flat[start:stop])
+            for i, (start, stop) in enumerate(LAYOUT.bounds)]
+    wire = np.zeros(LAYOUT.n, dtype=np.float32)  # in the output's order, [sparse | dense]
+    for view, (low, high) in zip(sent, bounds):
+        wire[low:high] = view
+    averaged = comm.allreduce_sum(wire) / comm.size
+    for view, (low, high) in zip(sent, bounds):
+        view[:] = averaged[low:high]
+    exchange.end_whole_step()
+    return np.array(averaged)
+
+
+@pytest.mark.parametrize("method,options", [("exdyna", {}), ("dgc", {}),
+                                            ("topk", {"dense_below": 32})])
+def test_whole_steps_equal_dense_steps_in_the_exchange(method, options):
+    """The framework's allreduce of each gradient (PyTorch's path) gives what the
+    exchange's own dense step gives, and leaves the same residual and velocity."""
+    size, pattern = 2, "ssDDsD"
+    grads = stream(9, len(pattern), size)
+
+    def worker(comm, whole):
+        exchange = GradientExchange(create(method, density=0.05), NumpyOps(), comm,
+                                    fallback="auto", **{k: v for k, v in options.items()})
+        exchange.fallback = FixedSchedule(pattern)
+        outputs = []
+        for flat in (step[comm.rank] for step in grads):
+            if whole and exchange.next_kind() == "dense":
+                outputs.append(whole_step(exchange, comm, flat))
+            else:
+                outputs.append(np.array(exchange.step([flat[s:e] for s, e in LAYOUT.bounds],
+                                                      LAYOUT)))
+        return outputs, exchange.state_dict(LAYOUT)
+    inside = run_simulated(size, lambda comm: worker(comm, False))
+    framework = run_simulated(size, lambda comm: worker(comm, True))
+    for (out_a, state_a), (out_b, state_b) in zip(inside, framework):
+        for a, b in zip(out_a, out_b):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        for group in ("residuals", "velocities", "dense_velocities"):
+            for name, value in state_a.get(group, {}).items():
+                np.testing.assert_allclose(state_b[group][name], value, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip", "propagate"])
+def test_a_non_finite_whole_step_leaves_the_state_as_it_was(policy):
+    grads = stream(4, 3, 2)
+
+    def worker(comm):
+        exchange = GradientExchange(create("topk", density=0.05), NumpyOps(), comm,
+                                    nonfinite=policy, fallback="auto")
+        exchange.fallback = FixedSchedule("sD")
+        flat = grads[0][comm.rank]
+        exchange.step([flat[s:e] for s, e in LAYOUT.bounds], LAYOUT)
+        before = exchange.state_dict(LAYOUT)
+        bad = grads[1][comm.rank].copy()
+        bad[3] = np.nan
+        try:
+            whole_step(exchange, comm, bad)
+        except Exception as error:  # noqa: BLE001 - the test looks at it
+            raised = error
+        else:
+            raised = None
+        return before, exchange.state_dict(LAYOUT), raised, exchange.step_count
+    for before, after, raised, steps in run_simulated(2, worker):
+        assert (type(raised).__name__ == "NonFiniteGradientError") == (policy == "raise")
+        assert steps == (1 if policy == "raise" else 2)
+        for name, value in before["residuals"].items():
+            np.testing.assert_array_equal(after["residuals"][name], value)

@@ -80,6 +80,7 @@ class DensePart:
         self.ops, self.momentum = ops, float(momentum)
         self._velocity = Buffer("sent densely")
         self._out, self._out_size = None, None
+        self._held_bounds = ()  # a whole step's held gradients (gather() copies them itself)
 
     def gather(self, grads, layout, like, held=(), scale=None):
         """``scale * g`` (or the new velocity ``m u + scale * g``) of every gradient
@@ -105,14 +106,32 @@ class DensePart:
             ops.add_slice(out, out, grad, start, stop)
         return out, ops.all_finite(out)
 
+    def begin_whole(self, layout, held, like):
+        """A step whose dense gradients are sent one by one (:meth:`whole_slice`)."""
+        self._held_bounds = tuple(layout.bounds[i] for i in held)
+        if self.momentum and layout.n:
+            self._velocity.ensure(self.ops, layout, like)
+
+    def whole_slice(self, out, grad, start, stop):
+        """``out[start:stop] = g`` (the new velocity ``m u + g`` with momentum)."""
+        if self.momentum:
+            new, old = self._velocity.spare, self._velocity.current
+            self.ops.scale_add_slice(new, old, self.momentum, grad, start, stop)
+            grad = new[start:stop]
+        self.ops.add_slice(out, out, grad, start, stop)  # out is zero there
+
     def refuse_pending(self, layout):
         """A model without a dense part must not silently drop loaded dense velocities."""
         refuse_unknown(self._velocity.pending, layout, "sent densely")
 
     def commit(self):
-        """The step went through: the new velocity becomes the current one."""
-        if self.momentum:
+        """The step went through: the new velocity becomes the current one (a held
+        gradient's of a whole step kept)."""
+        if self.momentum and self._velocity.spare is not None:
+            for start, stop in self._held_bounds:
+                self.ops.add_slice(self._velocity.spare, self._velocity.current, 0.0, start, stop)
             self._velocity.swap()
+        self._held_bounds = ()
 
     def state_dict(self, layout):
         return {"dense_velocities": self._velocity.state_dict(self.ops, layout)} \

@@ -24,8 +24,11 @@ class NonFiniteGradientError(HorovodSparseError, FloatingPointError):
     """A gradient holds NaN or Inf on at least one rank."""
 
     def __init__(self, ranks, step):
-        self.ranks, self.step = list(ranks), step
-        super().__init__(f"non-finite (NaN/Inf) gradient on rank(s) {self.ranks} at step {step}; "
+        """``ranks``: which ranks' gradients are not finite (``None``: unknown, as in a
+        dense fallback step, where only the ranks' sum is seen)."""
+        self.ranks, self.step = (None if ranks is None else list(ranks)), step
+        where = "on some rank" if ranks is None else f"on rank(s) {self.ranks}"
+        super().__init__(f"non-finite (NaN/Inf) gradient {where} at step {step}; "
                          "the residuals are left as before this step")
 
 

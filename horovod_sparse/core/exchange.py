@@ -268,7 +268,8 @@ class GradientExchange:
         self.dense_below = check_positive_int("dense_below", dense_below, allow_none=True)
         self.dense_1d = dense_1d
         self.fallback_option, self.fallback = fallback, create_fallback(fallback)
-        self._last_seconds = 0.0  # this rank's time of the last step (fallback="auto")
+        self._started = None  # when the last step started (fallback="auto" times periods)
+        self._whole = None    # the dense step in flight, while the framework allreduces it
         self.feedback = ErrorFeedback(ops, momentum=sparsifier.momentum)
         self.dense = DensePart(ops, momentum=sparsifier.momentum)
         self._split = None
@@ -311,19 +312,18 @@ class GradientExchange:
         buffers used in turn: valid until the step after next overwrites it
         (copy it to keep it longer).
         """
-        start = time.perf_counter()
+        self._clock()
         split = self.split(layout)
         sparse = split.sparse_layout
         self.comm.reset_traffic()
         like = next(grad for i, grad in enumerate(grads) if i not in held)
         acc, dense, finite = self._gather(split, grads, held, like)
-        announce = None if self.fallback is None else round(self._last_seconds * 1e6)
+        fallback = self.fallback
         context = StepContext(self.ops, self.comm, sparse, self.step_count, self.configuration,
                               finite=finite, aggregate=self._output(layout, like),
                               feedback=self.feedback, reduction=self.reduction, model=layout,
-                              announce=announce)
-        method = self.sparsifier if self.fallback is None or \
-            self.fallback.kind(self.step_count) == "sparse" else DENSE_STEP
+                              announce=fallback and fallback.announcement(self.step_count))
+        method = DENSE_STEP if self.next_kind() == "dense" else self.sparsifier
         try:
             if sparse.n:
                 aggregate, metrics = method.exchange(acc, context)
@@ -359,11 +359,78 @@ class GradientExchange:
         metrics.communication_time = traffic["seconds"]
         metrics.rounds = traffic["rounds"]
         self.history.append(metrics)
-        if self.fallback is not None and self.step_count and context.announced is not None:
-            self.fallback.observe(self.step_count - 1, context.announced / 1e6)
+        if fallback is not None and context.announced is not None:
+            fallback.decide(self.step_count, context.announced)
         self.step_count += 1
-        self._last_seconds = time.perf_counter() - start
         return aggregate
+
+    # -- fallback="auto" (core.fallback) ----------------------------------------------
+    def next_kind(self):
+        """``"sparse"`` or ``"dense"``: the kind of step the next one is."""
+        return "sparse" if self.fallback is None else self.fallback.kind(self.step_count)
+
+    def _clock(self):
+        """At a step's start: the last step's period goes to the fallback's timing."""
+        now = time.perf_counter()
+        if self.fallback is not None and self._started is not None:
+            self.fallback.record_period(self.step_count - 1, now - self._started)
+        self._started = now
+
+    def begin_whole_step(self, layout, held, like):
+        """Start a dense step whose gradients the framework allreduces itself, one by one
+        as they come (PyTorch: Horovod's own allreduce, overlapped with the backward
+        pass): :meth:`whole_gradient` gives what each sends, :meth:`end_whole_step`
+        ends it.  ``held``: as in :meth:`step` (they send zeros)."""
+        self._clock()
+        split = self.split(layout)
+        aggregate = self._output(layout, like)
+        self.ops.fill_zero(aggregate)
+        self.feedback.begin_whole(split.sparse_layout, split.held_in(split.sparse, held), like)
+        self.dense.begin_whole(split.dense_layout, split.held_in(split.dense, held), like)
+        self._whole = (split, aggregate, frozenset(held))
+
+    def whole_gradient(self, position, grad):
+        """Write what gradient ``position`` of the layout sends in a whole step -- the
+        gradient plus its residual (with momentum correction: the new velocity plus
+        the residual) -- into the step's output buffer, and return that slice; the
+        framework allreduces it in place."""
+        split, aggregate, held = self._whole
+        start, stop = split.output_bounds[position]
+        if position not in held:
+            n_sparse = split.sparse_layout.n
+            if start < n_sparse:
+                self.feedback.whole_slice(aggregate, grad, start, stop)
+            else:
+                self.dense.whole_slice(aggregate[n_sparse:], grad, start - n_sparse,
+                                       stop - n_sparse)
+        return aggregate[start:stop]
+
+    def end_whole_step(self):
+        """After the framework's allreduce of every gradient (in place, in the output
+        buffer).  A finite result -- the same on every rank: it is a sum -- empties the
+        residual and keeps the new velocities; otherwise the non-finite policy
+        applies as in :meth:`step` (``"skip"`` zeroes the output buffer) and the
+        state stays as before the step."""
+        split, aggregate, _ = self._whole
+        self._whole = None
+        finite = self.ops.all_finite(aggregate)
+        n = split.sparse_layout.n
+        metrics = StepMetrics(step=self.step_count, n=n, k=n, counts=[n] * self.comm.size,
+                              nnz=n, dense=split.layout.n - n, extra={"fallback": True})
+        if finite:
+            self.feedback.flush()
+            self.feedback.commit()
+            self.dense.commit()
+        elif self.nonfinite == "raise":
+            raise NonFiniteGradientError(None, self.step_count)
+        else:
+            metrics.skipped, metrics.nnz, metrics.dense = True, 0, 0
+            if self.nonfinite == "skip":
+                self.ops.fill_zero(aggregate)
+        metrics.elements_sent = metrics.elements_received = split.layout.n
+        metrics.bytes_sent = metrics.bytes_received = 4 * split.layout.n
+        self.history.append(metrics)
+        self.step_count += 1
 
     def _gather(self, split, grads, held, like):
         """``(acc, dense, all finite)``: error feedback over the sparsified gradients

@@ -136,6 +136,20 @@ class ErrorFeedback:
         if self.momentum:
             self.ops.zero_at(self._velocity.spare, indices)
 
+    def begin_whole(self, layout, held, like):
+        """A step that sends every gradient whole (:meth:`whole_slice`, one by one)."""
+        self._residual.ensure(self.ops, layout, like)
+        if self.momentum:
+            self._velocity.ensure(self.ops, layout, like)
+        self._held = tuple(layout.bounds[i] for i in held)
+
+    def whole_slice(self, out, grad, start, stop):
+        """``out[start:stop] = e + g`` (``e + u``, ``u = m u + g``, under momentum
+        correction) for the gradient at ``[start, stop)``: what it sends whole."""
+        velocity = (self._velocity.spare, self._velocity.current) if self.momentum else None
+        self.ops.accumulate_slice(out, self.residual, grad, start, stop, None, velocity,
+                                  self.momentum)
+
     def flush(self, wire_dtype="float32"):
         """Every coordinate was sent: zero the accumulated gradient (float16: keep
         the rounding error); the velocity is kept, as momentum SGD keeps it."""

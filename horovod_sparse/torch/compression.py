@@ -119,6 +119,9 @@ class SparseCompressor(WholeModelCompressor):
         self._recorded = []          # _Gradient per compress call this step
         self._outcome = None         # the step's aggregates, or the error every rank raises
         self._decompressed = 0
+        self._whole = False          # this step is a dense fallback step (Horovod allreduces)
+        self._whole_results = []     # its decompressed gradients
+        self._whole_index = {}       # gradient name -> position in the layout
 
     # -- Horovod's Compressor interface ---------------------------------------
     def compress(self, tensor):
@@ -128,13 +131,20 @@ class SparseCompressor(WholeModelCompressor):
             self._outcome, self._recorded, self._decompressed = None, [], 0
         if not self._recorded:
             self.follow_world()
-        self._recorded.append(self._identify(tensor))
+            self._whole = self._whole_step_begins()
+        gradient = self._identify(tensor)
+        self._recorded.append(gradient)
+        slot = _Slot(len(self._recorded) - 1)
+        if self._whole:
+            return self._send_whole(gradient), slot
         # float32 whatever the gradient's dtype: Horovod cannot allreduce bfloat16 on CPU
-        return torch.zeros(1, device=tensor.device), _Slot(len(self._recorded) - 1)
+        return torch.zeros(1, device=tensor.device), slot
 
     def decompress(self, tensor, ctx):
         if ctx is None:
             return tensor
+        if self._whole:
+            return self._whole_result(tensor, ctx)
         if self._outcome is None:
             try:
                 self._outcome = self._exchange_step()
@@ -154,6 +164,49 @@ class SparseCompressor(WholeModelCompressor):
             release_pending(self._optimizer)
         self._parameters = self._positions = self._optimizer = None
         self._by_gradient, self._recorded, self._outcome, self._decompressed = {}, [], None, 0
+        self._whole, self._whole_results = False, []
+
+    # -- dense fallback steps through Horovod's own allreduce (core.fallback) --------
+    def _whole_step_begins(self):
+        """Whether this step is a dense fallback step whose gradients Horovod's own
+        allreduce carries, each as the backward pass produces it (then begin it)."""
+        exchange = self._exchange
+        if (exchange is None or self.layout is None or self._optimizer is None
+                or self.sparsifier.clip_norm is not None or exchange.next_kind() != "dense"):
+            return False  # local clipping needs the whole gradient: DenseStep in the exchange
+        if self._check_every and exchange.step_count % self._check_every == 0:
+            check_parameters(self._parameters, self.comm)
+        index = {name: i for i, name in enumerate(self.layout.names)}
+        held = tuple(index[name] for name, p in self._parameters
+                     if name in index and not p.requires_grad)
+        like = next(p for _, p in self._parameters if p.is_floating_point())
+        exchange.begin_whole_step(self.layout, held, like)
+        self._whole_results, self._whole_index = [], index
+        return True
+
+    def _send_whole(self, gradient):
+        position = self._whole_index[gradient.name]
+        sent = self._exchange.whole_gradient(position, gradient.tensor.detach().reshape(-1))
+        return sent.view(gradient.tensor.shape)
+
+    def _whole_result(self, tensor, ctx):
+        """Horovod's allreduce wrote the result into the output buffer (``tensor`` is
+        its slice); the last one ends the step."""
+        gradient = self._recorded[ctx.index].tensor
+        result = tensor.view(gradient.shape).to(gradient.dtype)
+        self._whole_results.append(result)
+        self._decompressed += 1
+        if self._decompressed == len(self._recorded):
+            self._whole, self._outcome = False, []
+            try:
+                self._exchange.end_whole_step()
+            except HorovodSparseError:  # non-finite under "raise": alike on every rank
+                release_pending(self._optimizer)
+                raise
+            if self._exchange.metrics.skipped and self._exchange.nonfinite == "skip":
+                for returned in self._whole_results:  # copies, where the dtype differs
+                    returned.zero_()
+        return result
 
     # -- which gradient is this? ------------------------------------------------
     def _identify(self, tensor):

@@ -13,12 +13,17 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import torch
 import horovod.torch as hvd
 
 import horovod_sparse.torch as hs
+
 from horovod_sparse.core import (ConfigurationMismatchError, ModelMismatchError,
                                  NonFiniteGradientError, ParameterDivergenceError)
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import FixedSchedule  # noqa: E402
 
 
 def check(condition, message):
@@ -407,9 +412,61 @@ def slips():
     return checks
 
 
+# -- 10. fallback="auto": its dense steps through Horovod's own allreduce -----------
+def _train_with_fallback(in_exchange, nan_at=None, steps=8):
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    compression = hs.Compression.exdyna(density=0.05, fallback="auto")
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         compression=compression)
+    if in_exchange:  # what TensorFlow and locally clipped methods do
+        compression._whole_step_begins = lambda: False
+    flushed, raised, before, after = [], None, None, None
+    for step in range(steps):
+        x = torch.randn(8, 12, generator=torch.Generator().manual_seed(100 * step + hvd.rank()))
+        optimizer.zero_grad()
+        loss = model(x).square().mean()
+        if step == nan_at:  # a dense step sends each gradient as backward makes it
+            before = compression.state_dict()
+            loss = loss * (float("nan") if hvd.rank() == 1 else 1.0)
+        loss.backward()
+        try:
+            optimizer.step()
+        except NonFiniteGradientError as error:
+            raised, after = type(error).__name__, compression.state_dict()
+        if step == 0:
+            compression.gradient_exchange.fallback = FixedSchedule("ssDDsD")
+        residuals = compression.state_dict()["residuals"]
+        if compression.metrics().extra.get("fallback") and step != nan_at:
+            flushed.append(all(not np.any(r) for r in residuals.values()))
+    return model, compression, flushed, raised, (before, after)
+
+
+def fallback():
+    native, compression, flushed, _, _ = _train_with_fallback(in_exchange=False)
+    inside, _, flushed_inside, _, _ = _train_with_fallback(in_exchange=True)
+    kinds = "".join("D" if m.extra.get("fallback") else "s" for m in compression.history)
+    _, recovered, _, raised, (before, after) = _train_with_fallback(False, nan_at=2, steps=4)
+    return {
+        "pattern": check(kinds == "ssDDsDss", kinds),
+        "dense steps flush the residual": check(flushed and all(flushed) and all(flushed_inside),
+                                                (flushed, flushed_inside)),
+        "Horovod's allreduce = the exchange's dense step": check(all(
+            torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+            for a, b in zip(native.parameters(), inside.parameters())), "parameters differ"),
+        "ranks identical": check(same_on_all_ranks(native), "ranks differ"),
+        "NaN in a dense step raises everywhere": check(raised == "NonFiniteGradientError", raised),
+        "state kept": check(all(np.array_equal(before["residuals"][k], after["residuals"][k])
+                                for k in before["residuals"]) and after["step"] == before["step"],
+                            "state changed"),
+        "the next step goes on": check(recovered.gradient_exchange.step_count == 3,
+                                       recovered.gradient_exchange.step_count),
+    }
+
+
 SCENARIOS = {"experts": experts, "ops": ops, "checkpoints": checkpoints, "nonfinite": nonfinite,
              "grad_scaler": grad_scaler, "mismatches": mismatches, "frozen": frozen,
-             "dense_part": dense_part, "slips": slips}
+             "dense_part": dense_part, "slips": slips, "fallback": fallback}
 
 
 def main():
