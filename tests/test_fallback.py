@@ -127,10 +127,11 @@ def test_ranks_must_agree_on_the_fallback():
 
 def whole_step(exchange, comm, flat, held=()):
     """A dense step the way the PyTorch adapter runs it, with the simulated ranks'
-    allreduce standing in for Horovod's: gradient by gradient, averaged in place."""
-    exchange.begin_whole_step(LAYOUT, held, flat)
+    allreduce standing in for Horovod's: gradient by gradient, averaged in place
+    (a plain step, with nothing to add, sends the gradients themselves)."""
+    whole = exchange.begin_whole_step(LAYOUT, held, flat)
     bounds = exchange.split(LAYOUT).output_bounds
-    sent = [exchange.whole_gradient(i, flat[start:stop])
+    sent = [exchange.whole_gradient(i, flat[start:stop]) if whole else flat[start:stop].copy()
             for i, (start, stop) in enumerate(LAYOUT.bounds)]
     wire = np.zeros(LAYOUT.n, dtype=np.float32)  # in the output's order, [sparse | dense]
     for view, (low, high) in zip(sent, bounds):
@@ -138,7 +139,7 @@ def whole_step(exchange, comm, flat, held=()):
     averaged = comm.allreduce_sum(wire) / comm.size
     for view, (low, high) in zip(sent, bounds):
         view[:] = averaged[low:high]
-    exchange.end_whole_step()
+    exchange.end_whole_step(None if whole else bool(np.isfinite(averaged).all()))
     return np.array(averaged)
 
 
@@ -147,7 +148,7 @@ def whole_step(exchange, comm, flat, held=()):
 def test_whole_steps_equal_dense_steps_in_the_exchange(method, options):
     """The framework's allreduce of each gradient (PyTorch's path) gives what the
     exchange's own dense step gives, and leaves the same residual and velocity."""
-    size, pattern = 2, "ssDDsD"
+    size, pattern = 2, "ssDDDsD"  # the second and third D: plain steps (residual empty)
     grads = stream(9, len(pattern), size)
 
     def worker(comm, whole):

@@ -109,6 +109,7 @@ def test_elastic_host_removed_and_added_back(bed, tmp_path):
     30; ranks hold identical parameters at every step; across each restart the pending
     update ``(1/P) sum_r e_r`` is what it was at the last commit (the removed host's
     residual is not lost, the new worker does not start from zero)."""
+    bed.up()  # the benchmark tests above take the bed down when they finish
     leave, back, steps = 10, 20, 30
     discovery = tmp_path / "discover.sh"
     discovery.write_text(DISCOVERY.format(out=tmp_path, leave=leave, back=back,

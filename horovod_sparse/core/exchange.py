@@ -270,6 +270,7 @@ class GradientExchange:
         self.fallback_option, self.fallback = fallback, create_fallback(fallback)
         self._started = None  # when the last step started (fallback="auto" times periods)
         self._whole = None    # the dense step in flight, while the framework allreduces it
+        self._flushed = False  # the residual is known to be empty (after a whole step)
         self.feedback = ErrorFeedback(ops, momentum=sparsifier.momentum)
         self.dense = DensePart(ops, momentum=sparsifier.momentum)
         self._split = None
@@ -313,6 +314,7 @@ class GradientExchange:
         (copy it to keep it longer).
         """
         self._clock()
+        self._flushed = False
         split = self.split(layout)
         sparse = split.sparse_layout
         self.comm.reset_traffic()
@@ -380,14 +382,23 @@ class GradientExchange:
         """Start a dense step whose gradients the framework allreduces itself, one by one
         as they come (PyTorch: Horovod's own allreduce, overlapped with the backward
         pass): :meth:`whole_gradient` gives what each sends, :meth:`end_whole_step`
-        ends it.  ``held``: as in :meth:`step` (they send zeros)."""
+        ends it.  ``held``: as in :meth:`step` (they send zeros).
+
+        Returns ``False`` when there is nothing to add -- the residual is empty
+        after an earlier whole step and no velocity moves: the framework then
+        sends the gradients as they are (a plain dense step) and
+        :meth:`whole_gradient` is not called."""
         self._clock()
         split = self.split(layout)
+        if self._flushed and not self.sparsifier.momentum:
+            self._whole = (split, None, frozenset(held))
+            return False
         aggregate = self._output(layout, like)
         self.ops.fill_zero(aggregate)
         self.feedback.begin_whole(split.sparse_layout, split.held_in(split.sparse, held), like)
         self.dense.begin_whole(split.dense_layout, split.held_in(split.dense, held), like)
         self._whole = (split, aggregate, frozenset(held))
+        return True
 
     def whole_gradient(self, position, grad):
         """Write what gradient ``position`` of the layout sends in a whole step -- the
@@ -405,28 +416,31 @@ class GradientExchange:
                                        stop - n_sparse)
         return aggregate[start:stop]
 
-    def end_whole_step(self):
+    def end_whole_step(self, finite=None):
         """After the framework's allreduce of every gradient (in place, in the output
-        buffer).  A finite result -- the same on every rank: it is a sum -- empties the
+        buffer; ``finite``: whether the results are, for a plain dense step).  A
+        finite result -- the same on every rank: it is a sum -- empties the
         residual and keeps the new velocities; otherwise the non-finite policy
-        applies as in :meth:`step` (``"skip"`` zeroes the output buffer) and the
-        state stays as before the step."""
+        applies as in :meth:`step` (``"skip"`` zeroes the output buffer; the
+        framework zeroes a plain step's results) and the state stays as before."""
         split, aggregate, _ = self._whole
         self._whole = None
-        finite = self.ops.all_finite(aggregate)
+        if aggregate is not None:
+            finite = self.ops.all_finite(aggregate)
         n = split.sparse_layout.n
         metrics = StepMetrics(step=self.step_count, n=n, k=n, counts=[n] * self.comm.size,
                               nnz=n, dense=split.layout.n - n, extra={"fallback": True})
-        if finite:
+        if not finite:
+            if self.nonfinite == "raise":
+                raise NonFiniteGradientError(None, self.step_count)
+            metrics.skipped, metrics.nnz, metrics.dense = True, 0, 0
+            if self.nonfinite == "skip" and aggregate is not None:
+                self.ops.fill_zero(aggregate)
+        elif aggregate is not None:  # (a plain dense step leaves the empty residual empty)
             self.feedback.flush()
             self.feedback.commit()
             self.dense.commit()
-        elif self.nonfinite == "raise":
-            raise NonFiniteGradientError(None, self.step_count)
-        else:
-            metrics.skipped, metrics.nnz, metrics.dense = True, 0, 0
-            if self.nonfinite == "skip":
-                self.ops.fill_zero(aggregate)
+            self._flushed = True
         metrics.elements_sent = metrics.elements_received = split.layout.n
         metrics.bytes_sent = metrics.bytes_received = 4 * split.layout.n
         self.history.append(metrics)
@@ -482,6 +496,7 @@ class GradientExchange:
                 "sparsifier": self.sparsifier.state_dict()}
 
     def load_state_dict(self, state):
+        self._flushed = False
         self.step_count = int(state["step"])
         self.feedback.load_state_dict(state)
         self.dense.load_state_dict(state)

@@ -146,9 +146,11 @@ class ErrorFeedback:
     def whole_slice(self, out, grad, start, stop):
         """``out[start:stop] = e + g`` (``e + u``, ``u = m u + g``, under momentum
         correction) for the gradient at ``[start, stop)``: what it sends whole."""
-        velocity = (self._velocity.spare, self._velocity.current) if self.momentum else None
-        self.ops.accumulate_slice(out, self.residual, grad, start, stop, None, velocity,
-                                  self.momentum)
+        if self.momentum:
+            self.ops.scale_add_slice(self._velocity.spare, self._velocity.current, self.momentum,
+                                     grad, start, stop)
+            grad = self._velocity.spare[start:stop]
+        self.ops.add_slice(out, self.residual, grad, start, stop)
 
     def flush(self, wire_dtype="float32"):
         """Every coordinate was sent: zero the accumulated gradient (float16: keep

@@ -119,9 +119,9 @@ class SparseCompressor(WholeModelCompressor):
         self._recorded = []          # _Gradient per compress call this step
         self._outcome = None         # the step's aggregates, or the error every rank raises
         self._decompressed = 0
-        self._whole = False          # this step is a dense fallback step (Horovod allreduces)
+        self._whole = None           # a dense fallback step's kind: "whole" or "plain" (below)
         self._whole_results = []     # its decompressed gradients
-        self._whole_index = {}       # gradient name -> position in the layout
+        self._whole_index = (None, {})  # (layout, gradient name -> position in it)
 
     # -- Horovod's Compressor interface ---------------------------------------
     def compress(self, tensor):
@@ -132,6 +132,9 @@ class SparseCompressor(WholeModelCompressor):
         if not self._recorded:
             self.follow_world()
             self._whole = self._whole_step_begins()
+        if self._whole == "plain":  # a dense step with nothing to add: the gradient itself
+            self._recorded.append(_Gradient(None, None, tensor))
+            return tensor, _Slot(len(self._recorded) - 1)
         gradient = self._identify(tensor)
         self._recorded.append(gradient)
         slot = _Slot(len(self._recorded) - 1)
@@ -164,28 +167,33 @@ class SparseCompressor(WholeModelCompressor):
             release_pending(self._optimizer)
         self._parameters = self._positions = self._optimizer = None
         self._by_gradient, self._recorded, self._outcome, self._decompressed = {}, [], None, 0
-        self._whole, self._whole_results = False, []
+        self._whole, self._whole_results = None, []
 
     # -- dense fallback steps through Horovod's own allreduce (core.fallback) --------
     def _whole_step_begins(self):
         """Whether this step is a dense fallback step whose gradients Horovod's own
-        allreduce carries, each as the backward pass produces it (then begin it)."""
+        allreduce carries, each as the backward pass produces it (then begin it):
+        ``"whole"`` (each sends gradient plus residual, written by the exchange),
+        ``"plain"`` (the residual is empty and no velocity moves: each sends itself,
+        as ``hvd.Compression.none`` does) or ``None`` (a step of the exchange)."""
         exchange = self._exchange
         if (exchange is None or self.layout is None or self._optimizer is None
                 or self.sparsifier.clip_norm is not None or exchange.next_kind() != "dense"):
-            return False  # local clipping needs the whole gradient: DenseStep in the exchange
+            return None  # local clipping needs the whole gradient: DenseStep in the exchange
         if self._check_every and exchange.step_count % self._check_every == 0:
             check_parameters(self._parameters, self.comm)
-        index = {name: i for i, name in enumerate(self.layout.names)}
+        if self._whole_index[0] is not self.layout:  # once per layout
+            self._whole_index = (self.layout,
+                                 {name: i for i, name in enumerate(self.layout.names)})
+        index = self._whole_index[1]
         held = tuple(index[name] for name, p in self._parameters
                      if name in index and not p.requires_grad)
         like = next(p for _, p in self._parameters if p.is_floating_point())
-        exchange.begin_whole_step(self.layout, held, like)
-        self._whole_results, self._whole_index = [], index
-        return True
+        self._whole_results = []
+        return "whole" if exchange.begin_whole_step(self.layout, held, like) else "plain"
 
     def _send_whole(self, gradient):
-        position = self._whole_index[gradient.name]
+        position = self._whole_index[1][gradient.name]
         sent = self._exchange.whole_gradient(position, gradient.tensor.detach().reshape(-1))
         return sent.view(gradient.tensor.shape)
 
@@ -197,9 +205,11 @@ class SparseCompressor(WholeModelCompressor):
         self._whole_results.append(result)
         self._decompressed += 1
         if self._decompressed == len(self._recorded):
-            self._whole, self._outcome = False, []
+            plain, self._whole, self._outcome = self._whole == "plain", None, []
+            finite = all(bool(torch.isfinite(r).all()) for r in self._whole_results) \
+                if plain else None
             try:
-                self._exchange.end_whole_step()
+                self._exchange.end_whole_step(finite)
             except HorovodSparseError:  # non-finite under "raise": alike on every rank
                 release_pending(self._optimizer)
                 raise

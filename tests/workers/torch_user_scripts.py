@@ -447,6 +447,8 @@ def fallback():
     inside, _, flushed_inside, _, _ = _train_with_fallback(in_exchange=True)
     kinds = "".join("D" if m.extra.get("fallback") else "s" for m in compression.history)
     _, recovered, _, raised, (before, after) = _train_with_fallback(False, nan_at=2, steps=4)
+    _, plain, _, raised_plain, (before_plain, after_plain) = _train_with_fallback(
+        False, nan_at=3, steps=5)  # step 3: a plain dense step (nothing left to add)
     return {
         "pattern": check(kinds == "ssDDsDss", kinds),
         "dense steps flush the residual": check(flushed and all(flushed) and all(flushed_inside),
@@ -461,6 +463,9 @@ def fallback():
                             "state changed"),
         "the next step goes on": check(recovered.gradient_exchange.step_count == 3,
                                        recovered.gradient_exchange.step_count),
+        "NaN in a plain dense step too": check(
+            raised_plain == "NonFiniteGradientError" and after_plain["step"] == before_plain["step"]
+            and plain.gradient_exchange.step_count == 4, (raised_plain, after_plain["step"])),
     }
 
 
