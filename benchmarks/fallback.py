@@ -87,11 +87,12 @@ def write(rows, args):
                 for _, fallback, r, dense in rows if fallback == "auto")
     lines += ["", f"Target: with the fallback no method below 0.95 of dense's samples/s; "
               f"slowest here: {worst:.2f} ({'met' if worst >= 0.95 else 'missed'}).", "",
-              "A dense step of the fallback is Horovod's own allreduce of each gradient "
-              "(plus its residual, the first time), overlapped with the backward pass like "
-              "dense's; what remains between the two is the probe (2 dense and 3 sparse "
-              "steps in every 200) and one pass over each gradient to add the residual and "
-              "check the result is finite.", ""]
+              "A dense step of the fallback is Horovod's own allreduce of each gradient, "
+              "overlapped with the backward pass like dense's: the first one after sparse "
+              "steps adds the residual to each gradient, later ones hand Horovod the "
+              "gradients as they are.  What remains between the two is the probe (2 dense "
+              "and 3 sparse steps in every 200) and the compressor's bookkeeping per "
+              "gradient.", ""]
     if hvd.size() > (os.cpu_count() or 1):
         lines += [f"{hvd.size()} ranks share {os.cpu_count()} cores here: a rank waiting in a "
                   "collective is often descheduled, samples/s (from the mean step time) carry "
