@@ -73,7 +73,7 @@ class StepContext:
         self._aggregate = aggregate
         self._feedback = feedback
         self._header_exchanged = False
-        self._announce = announce  # the header's last field (fallback="auto": last step's µs)
+        self._announce = announce  # the header's last field (core.fallback's announcement)
         self.announced = None      # every rank's announced value, after the header
         self.selection_time = 0.0
 
@@ -112,7 +112,8 @@ class StepContext:
     # -- the header ---------------------------------------------------------------
     def exchange_header(self, *fields):
         """Allgather ``[layout fp, configuration fp, non-finite, *fields, announced]``
-        (``announced``: see ``core.fallback``); check it on every rank.  Returns every rank's ``fields``: int64, shape ``(P, len(fields))``."""
+        (``announced``: see ``core.fallback``); check it on every rank.  Returns every
+        rank's ``fields``: int64, shape ``(P, len(fields))``."""
         if self._header_exchanged:
             raise RuntimeError("the step's header was already exchanged")
         table = self._comm.allgather_host(header_row(
