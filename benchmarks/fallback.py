@@ -90,8 +90,9 @@ def write(rows, args):
               "A dense step of the fallback is Horovod's own allreduce of each gradient, "
               "overlapped with the backward pass like dense's: the first one after sparse "
               "steps adds the residual to each gradient, later ones hand Horovod the "
-              "gradients as they are.  What remains between the two is the probe (2 dense "
-              "and 3 sparse steps in every 200) and the compressor's bookkeeping per "
+              "gradients as they are.  What remains between the two is the probe (2 sparse "
+              "and 2 dense timed steps per check, checks at least 200 steps apart and "
+              "further where one kind clearly loses) and the compressor's bookkeeping per "
               "gradient.", ""]
     if hvd.size() > (os.cpu_count() or 1):
         lines += [f"{hvd.size()} ranks share {os.cpu_count()} cores here: a rank waiting in a "

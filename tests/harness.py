@@ -111,11 +111,16 @@ def check_extras(got, want, rank, where):
 
 class FixedSchedule(AutoFallback):
     """``fallback="auto"`` with sparse (``s``) and dense (``D``) steps in a fixed,
-    repeating ``pattern``: for tests of the switch itself, not of the timing."""
+    repeating ``pattern`` from step ``step``: for tests of the switch itself, not
+    of the timing (it never decides)."""
 
-    def __init__(self, pattern):
+    def __init__(self, pattern, step=0):
         super().__init__()
-        self.pattern = pattern
+        self.pattern, self.step = pattern, step - 1
 
-    def kind(self, step):
-        return "dense" if self.pattern[step % len(self.pattern)] == "D" else "sparse"
+    @property
+    def kind(self):
+        return "dense" if self.pattern[self.step % len(self.pattern)] == "D" else "sparse"
+
+    def begin_step(self, last_period):
+        self.step += 1

@@ -19,50 +19,64 @@ from horovod_sparse.core.fallback import AutoFallback, create_fallback
 LAYOUT = layout_of(SHAPES)
 
 
-def schedule(policy, steps, seconds):
-    """The kinds ``policy`` runs on 2 ranks when a sparse step's period is
-    ``seconds["sparse"]`` and a dense one's ``seconds["dense"]``."""
+def schedule(policy, steps, seconds, size=2):
+    """The kinds ``policy`` runs on ``size`` ranks when every rank's sparse step
+    takes ``seconds["sparse"]`` and a dense one ``seconds["dense"]``."""
     kinds = []
-    for step in range(steps):
-        if step:
-            policy.record_period(step - 1, seconds[kinds[step - 1]])
-        kinds.append(policy.kind(step))
-        if kinds[-1] == "sparse":  # the step's header
-            policy.decide(step, np.array([policy.announcement(step)] * 2))
+    for _ in range(steps):
+        report = policy.begin_step(seconds[kinds[-1]] if kinds else None)
+        if report is not None:  # every rank reports the same
+            policy.decide(size * report, size)
+        kinds.append(policy.kind)
     return "".join("D" if kind == "dense" else "s" for kind in kinds)
 
 
-def test_dense_is_chosen_where_it_is_faster_and_rechecked_every_cycle():
-    policy = AutoFallback(probe=2, recheck_every=10, warmup=1)
-    assert schedule(policy, 21, {"sparse": 2.0, "dense": 1.0}) == "s" + "DDsssDDDDD" * 2
+def test_dense_is_chosen_where_it_is_faster_and_rechecked():
+    policy = AutoFallback(probe=2, recheck_every=10, probe_cost=0.5, warmup=1)
+    assert schedule(policy, 21, {"sparse": 2.0, "dense": 1.0}) == "s" + "ssDDDDDDDD" * 2
 
 
 def test_sparse_stays_where_it_pays():
-    policy = AutoFallback(probe=2, recheck_every=10, warmup=1)
-    assert schedule(policy, 21, {"sparse": 1.0, "dense": 5.0}) == "s" + "DDssssssss" * 2
+    policy = AutoFallback(probe=2, recheck_every=10, probe_cost=0.9, warmup=1)
+    assert schedule(policy, 21, {"sparse": 1.0, "dense": 5.0}) == "s" + "ssDDssssss" * 2
+
+
+@pytest.mark.parametrize("seconds,check", [({"sparse": 3.0, "dense": 1.0}, 401),
+                                           ({"sparse": 1.0, "dense": 4.0}, 601),
+                                           ({"sparse": 1.0, "dense": 1.001}, 201)])
+def test_a_clear_loser_is_probed_within_the_probe_cost(seconds, check):
+    """The next check is ``L = max(200, 2 |D - S| / (0.01 min(D, S)))`` steps after
+    the last one started: probing the losing kind costs 1 % of the time."""
+    policy = AutoFallback()
+    kinds = schedule(policy, check + 4, seconds)
+    winner = "D" if seconds["dense"] < seconds["sparse"] else "s"
+    assert policy.check == check
+    assert kinds == "s" + "ssDD" + winner * (check - 5) + "ssDD"
 
 
 def test_one_slow_probe_step_does_not_decide():
     """A step is only ever slowed down by what else runs, so each kind counts its
     shortest period: one dense probe held up 5x still loses to nothing."""
     policy = AutoFallback(probe=2, recheck_every=10, warmup=0)
-    for step, seconds in enumerate([5.0, 1.0, 2.0, 2.1]):  # dense, dense, sparse, sparse
-        policy.record_period(step, seconds)
-    assert policy.announcement(4) == -1_000_000
-    policy.decide(4, np.array([policy.announcement(4)] * 2))
-    assert policy.choice == "dense"
+    report = None
+    for seconds in [None, 2.0, 2.1, 5.0, 1.0]:  # (first), sparse, sparse, dense, dense
+        report = policy.begin_step(seconds)
+    np.testing.assert_array_equal(report, [1.0, 2.0])
+    policy.decide(2 * report, 2)
+    assert policy.kind == "dense"
 
 
 def test_the_decision_is_the_ranks_mean():
     """Rank 0 finds dense 1 ms faster, rank 1 finds it 3 ms slower: sparse, on both."""
     policy = AutoFallback(probe=1, recheck_every=5, warmup=0)
-    policy.decide(2, np.array([-1000, 3000]))
+    policy.decide(np.array([0.010 + 0.013, 0.011 + 0.010]), 2)
     assert policy.choice == "sparse"
-    policy.decide(2, np.array([-3000, 1000]))
+    policy.decide(np.array([0.010 + 0.011, 0.013 + 0.010]), 2)
     assert policy.choice == "dense"
 
 
-@pytest.mark.parametrize("arguments", [{"probe": 0}, {"recheck_every": 5}, {"warmup": -1}])
+@pytest.mark.parametrize("arguments", [{"probe": 0}, {"recheck_every": 4}, {"warmup": -1},
+                                       {"probe_cost": 0}, {"probe_cost": 1.5}])
 def test_bad_settings_are_clear_errors(arguments):
     with pytest.raises(ValueError):
         AutoFallback(**arguments)
@@ -129,6 +143,7 @@ def whole_step(exchange, comm, flat, held=()):
     """A dense step the way the PyTorch adapter runs it, with the simulated ranks'
     allreduce standing in for Horovod's: gradient by gradient, averaged in place
     (a plain step, with nothing to add, sends the gradients themselves)."""
+    exchange.begin_step()
     whole = exchange.begin_whole_step(LAYOUT, held, flat)
     bounds = exchange.split(LAYOUT).output_bounds
     sent = [exchange.whole_gradient(i, flat[start:stop]) if whole else flat[start:stop].copy()
@@ -157,7 +172,7 @@ def test_whole_steps_equal_dense_steps_in_the_exchange(method, options):
         exchange.fallback = FixedSchedule(pattern)
         outputs = []
         for flat in (step[comm.rank] for step in grads):
-            if whole and exchange.next_kind() == "dense":
+            if whole and exchange.begin_step() == "dense":
                 outputs.append(whole_step(exchange, comm, flat))
             else:
                 outputs.append(np.array(exchange.step([flat[s:e] for s, e in LAYOUT.bounds],

@@ -64,7 +64,7 @@ class StepContext:
     """
 
     def __init__(self, ops, comm, layout, step, configuration, finite, aggregate, feedback,
-                 reduction="average", model=None, announce=None):
+                 reduction="average", model=None):
         self.ops, self.layout, self.step = ops, layout, step
         self.model = layout if model is None else model  # checked in the header
         self.wire_dtype = wire_dtype(self.model)
@@ -73,8 +73,6 @@ class StepContext:
         self._aggregate = aggregate
         self._feedback = feedback
         self._header_exchanged = False
-        self._announce = announce  # the header's last field (core.fallback's announcement)
-        self.announced = None      # every rank's announced value, after the header
         self.selection_time = 0.0
 
     @property
@@ -111,15 +109,14 @@ class StepContext:
 
     # -- the header ---------------------------------------------------------------
     def exchange_header(self, *fields):
-        """Allgather ``[layout fp, configuration fp, non-finite, *fields, announced]``
-        (``announced``: see ``core.fallback``); check it on every rank.  Returns every
-        rank's ``fields``: int64, shape ``(P, len(fields))``."""
+        """Allgather ``[layout fp, configuration fp, non-finite, *fields]``; check it
+        on every rank.  Returns every rank's ``fields``: int64, shape
+        ``(P, len(fields))``."""
         if self._header_exchanged:
             raise RuntimeError("the step's header was already exchanged")
-        table = self._comm.allgather_host(header_row(
-            self.model, self.configuration, self.finite, (*fields, self._announce or 0)))
+        table = self._comm.allgather_host(header_row(self.model, self.configuration,
+                                                     self.finite, fields))
         self._header_exchanged = True
-        self.announced, table = table[:, -1], table[:, :-1]
         return check_header(table, self.rank, self.model, self.configuration, self.step)
 
     # -- payload collectives (after the header) -------------------------------------
@@ -270,6 +267,7 @@ class GradientExchange:
         self.dense_1d = dense_1d
         self.fallback_option, self.fallback = fallback, create_fallback(fallback)
         self._started = None  # when the last step started (fallback="auto" times periods)
+        self._begun = None    # the step_count begin_step last started
         self._whole = None    # the dense step in flight, while the framework allreduces it
         self._flushed = False  # the residual is known to be empty (after a whole step)
         self.feedback = ErrorFeedback(ops, momentum=sparsifier.momentum)
@@ -314,19 +312,17 @@ class GradientExchange:
         buffers used in turn: valid until the step after next overwrites it
         (copy it to keep it longer).
         """
-        self._clock()
+        kind = self.begin_step()
         self._flushed = False
         split = self.split(layout)
         sparse = split.sparse_layout
         self.comm.reset_traffic()
         like = next(grad for i, grad in enumerate(grads) if i not in held)
         acc, dense, finite = self._gather(split, grads, held, like)
-        fallback = self.fallback
         context = StepContext(self.ops, self.comm, sparse, self.step_count, self.configuration,
                               finite=finite, aggregate=self._output(layout, like),
-                              feedback=self.feedback, reduction=self.reduction, model=layout,
-                              announce=fallback and fallback.announcement(self.step_count))
-        method = DENSE_STEP if self.next_kind() == "dense" else self.sparsifier
+                              feedback=self.feedback, reduction=self.reduction, model=layout)
+        method = DENSE_STEP if kind == "dense" else self.sparsifier
         try:
             if sparse.n:
                 aggregate, metrics = method.exchange(acc, context)
@@ -362,22 +358,27 @@ class GradientExchange:
         metrics.communication_time = traffic["seconds"]
         metrics.rounds = traffic["rounds"]
         self.history.append(metrics)
-        if fallback is not None and context.announced is not None:
-            fallback.decide(self.step_count, context.announced)
         self.step_count += 1
         return aggregate
 
     # -- fallback="auto" (core.fallback) ----------------------------------------------
-    def next_kind(self):
-        """``"sparse"`` or ``"dense"``: the kind of step the next one is."""
-        return "sparse" if self.fallback is None else self.fallback.kind(self.step_count)
-
-    def _clock(self):
-        """At a step's start: the last step's period goes to the fallback's timing."""
-        now = time.perf_counter()
-        if self.fallback is not None and self._started is not None:
-            self.fallback.record_period(self.step_count - 1, now - self._started)
-        self._started = now
+    def begin_step(self):
+        """Start step :attr:`step_count` (again: no effect) and return its kind,
+        ``"sparse"`` or ``"dense"``.  Under ``fallback="auto"`` the last step's
+        period goes to the fallback's timing, and at a decision the ranks agree
+        (one allreduce of two numbers, so every rank calls this at the same
+        point of the step: the adapter at the step's first gradient, else
+        :meth:`step`)."""
+        fallback = self.fallback
+        if fallback is None:
+            return "sparse"
+        if self._begun != self.step_count:
+            self._begun, now = self.step_count, time.perf_counter()
+            report = fallback.begin_step(None if self._started is None else now - self._started)
+            self._started = now
+            if report is not None:
+                fallback.decide(self.comm.allreduce_host(report), self.comm.size)
+        return fallback.kind
 
     def begin_whole_step(self, layout, held, like):
         """Start a dense step whose gradients the framework allreduces itself, one by one
@@ -389,7 +390,6 @@ class GradientExchange:
         after an earlier whole step and no velocity moves: the framework then
         sends the gradients as they are (a plain dense step) and
         :meth:`whole_gradient` is not called."""
-        self._clock()
         split = self.split(layout)
         if self._flushed and not self.sparsifier.momentum:
             self._whole = (split, None, frozenset(held))

@@ -4,27 +4,32 @@ Sparsification trades bandwidth for selection work and extra collective
 rounds.  On a fast link or a small model one allreduce of the whole gradient
 is quicker, and then a sparse step only makes training slower.  With
 ``fallback="auto"`` the compressor times both kinds of step and runs the
-faster, re-checking every ``recheck_every`` steps.  After ``warmup`` sparse
-steps (first-step set-up is not timed), each cycle of ``recheck_every`` steps
-runs::
+faster.  After ``warmup`` untimed sparse steps (first-step set-up), each
+*check* runs::
 
-    positions [0, probe)          dense, timed
-    positions [probe, 2 probe)    sparse, timed
-    position  2 probe             sparse: its header carries the times, all decide
-    positions (2 probe, end)      the faster kind
+    probe steps           sparse, timed
+    probe steps           dense, timed
+    at the next start     every rank reports its shortest period of each kind
+                          (one allreduce of two numbers); all decide alike
 
-A step's time is this rank's *period*: from the start of the step to the
-start of the next, so both kinds include the same forward and backward
-passes and a dense step that overlaps the backward pass is credited for it.
-At the decision step every rank puts the difference of its shortest dense and
-shortest sparse period (microseconds) in the step's header -- the shortest,
-because a step is only ever slowed down by what else runs (another process
-on the core, the first dense step after sparse ones renegotiating Horovod's
-tensor sizes); all ranks read the same table, and dense wins where the mean
-over ranks is negative.  Probing
-costs ``probe`` dense steps per cycle where sparse wins (2 in 200 by default:
-on a link where a dense step costs 5 sparse ones, 4 % of the sparse
-speed-up) and ``probe + 1`` sparse steps where dense wins.
+and the faster kind runs until the next check.  A step's time is this rank's
+*period*, from the start of the step to the start of the next, so both kinds
+include the same forward and backward passes and a dense step that overlaps
+the backward pass is credited for it.  Each kind counts its shortest period,
+because a step is only ever slowed down by what else runs (another process on
+the core, the first dense step after sparse ones renegotiating Horovod's
+tensor sizes); the ranks' means ``D`` (dense) and ``S`` (sparse) decide:
+dense where ``D < S``.
+
+The next check comes ``L`` steps after this one started, where ``L`` keeps
+probing the losing kind within ``probe_cost`` of the training time::
+
+    L = max(recheck_every, probe * |D - S| / (probe_cost * min(D, S)))
+
+On the digits MLP at one host, where a sparse step costs 3-8 dense ones, the
+next check is 400-1,400 steps away; across a 1 Gbit/s link, where a dense
+step costs 4 sparse ones, ~630.  A close call re-checks after
+``recheck_every`` steps.
 
 A dense step sends ``acc`` -- the gradient plus the residual (under momentum
 correction, the velocity ``u = m u + g`` plus the residual) -- whole, and the
@@ -38,12 +43,15 @@ elsewhere (TensorFlow, a method with local clipping) :class:`DenseStep`
 allreduces ``acc`` in one piece inside the exchange.
 """
 
-import statistics
+import math
+
+import numpy as np
 
 from .metrics import StepMetrics
 from .methods.base import check_positive_int
 
 FALLBACKS = (None, "auto")
+KINDS = ("sparse", "dense")
 
 
 class DenseStep:
@@ -65,61 +73,72 @@ class DenseStep:
 class AutoFallback:
     """The schedule and the decision of ``fallback="auto"`` (see the module text).
 
+    Steps are counted from this object's first (a resumed run warms up again).
+    The exchange calls :meth:`begin_step` at every step's start, reads
+    :attr:`kind`, and at a decision (``begin_step`` returned the report) sums
+    the report over the ranks and passes it to :meth:`decide`.
+
     Parameters
     ----------
-    probe : timed steps of each kind per cycle (default 2).
-    recheck_every : cycle length in steps (default 200).
-    warmup : untimed sparse steps at the start (default 3).
+    probe : timed steps of each kind per check (default 2).
+    recheck_every : fewest steps from one check to the next (default 200).
+    probe_cost : the share of the training time probing may cost (default 0.01).
+    warmup : untimed sparse steps at the start (default 1).
     """
 
-    def __init__(self, probe=2, recheck_every=200, warmup=3):
+    def __init__(self, probe=2, recheck_every=200, probe_cost=0.01, warmup=1):
         self.probe = check_positive_int("probe", probe)
         self.recheck_every = check_positive_int("recheck_every", recheck_every)
         self.warmup = check_positive_int("warmup", warmup + 1) - 1  # 0 allowed
-        if self.recheck_every <= 2 * self.probe + 1:
-            raise ValueError(f"recheck_every ({recheck_every}) must exceed 2 * probe + 1 "
-                             f"({2 * probe + 1})")
+        if self.recheck_every <= 2 * self.probe:
+            raise ValueError(f"recheck_every ({recheck_every}) must exceed 2 * probe "
+                             f"({2 * probe})")
+        if isinstance(probe_cost, bool) or not isinstance(probe_cost, (int, float)) \
+                or not 0 < probe_cost < 1:
+            raise ValueError(f"probe_cost must be a number in (0, 1), got {probe_cost!r}")
+        self.probe_cost = probe_cost
         self.choice = "sparse"
-        self._periods = {"sparse": [], "dense": []}
+        self.step = -1             # the step in progress (-1: none yet)
+        self.check = self.warmup   # the step the next check starts at
+        self._periods = {kind: [] for kind in KINDS}
 
     def __repr__(self):
         return (f"AutoFallback(probe={self.probe}, recheck_every={self.recheck_every}, "
-                f"warmup={self.warmup})")
+                f"probe_cost={self.probe_cost}, warmup={self.warmup})")
 
-    def _position(self, step):
-        return None if step < self.warmup else (step - self.warmup) % self.recheck_every
+    def _kind_of(self, step):
+        position = step - self.check
+        if step < self.warmup or not 0 <= position < 2 * self.probe:
+            return "sparse" if step < self.warmup else self.choice
+        return "sparse" if position < self.probe else "dense"
 
-    def kind(self, step):
-        """``"sparse"`` or ``"dense"`` for step ``step``."""
-        position = self._position(step)
-        if position is None:
-            return "sparse"
-        if position < self.probe:
-            return "dense"
-        return "sparse" if position <= 2 * self.probe else self.choice
+    @property
+    def kind(self):
+        """``"sparse"`` or ``"dense"``: the kind of the step in progress."""
+        return self._kind_of(self.step)
 
-    def record_period(self, step, seconds):
-        """This rank's period of step ``step`` (known when the next one starts)."""
-        position = self._position(step)
-        if position is None or position >= 2 * self.probe:
-            return
-        if position == 0:
-            self._periods = {"sparse": [], "dense": []}
-        self._periods[self.kind(step)].append(seconds)
+    def begin_step(self, last_period):
+        """A step starts; ``last_period``: this rank's period of the step before
+        (seconds; ``None`` for the first).  Returns ``None``, or at a decision
+        this rank's report ``[shortest dense, shortest sparse period]``
+        (float64 seconds) for the exchange to sum over the ranks."""
+        position = self.step - self.check
+        if 0 <= position < 2 * self.probe:
+            self._periods[self._kind_of(self.step)].append(last_period)
+        self.step += 1
+        if self.step - self.check != 2 * self.probe:
+            return None
+        report = np.array([min(self._periods["dense"]), min(self._periods["sparse"])])
+        self._periods = {kind: [] for kind in KINDS}
+        return report
 
-    def announcement(self, step):
-        """What this rank puts in step ``step``'s header: at the decision step its
-        shortest dense minus shortest sparse period in microseconds, else 0."""
-        if self._position(step) != 2 * self.probe:
-            return 0
-        dense, sparse = (min(self._periods[k]) for k in ("dense", "sparse"))
-        return round(1e6 * (dense - sparse))
-
-    def decide(self, step, announced):
-        """Every rank's announcement of step ``step`` (from its header): at the
-        decision step, dense if they say so on average."""
-        if self._position(step) == 2 * self.probe:
-            self.choice = "dense" if statistics.fmean(announced.tolist()) < 0 else "sparse"
+    def decide(self, summed, size):
+        """The ranks' summed reports: dense where the mean shortest dense period is
+        the shorter; the next check ``L`` steps after this one's start."""
+        dense, sparse = summed[0] / size, summed[1] / size
+        self.choice = "dense" if dense < sparse else "sparse"
+        budget = self.probe * abs(dense - sparse) / (self.probe_cost * min(dense, sparse))
+        self.check += max(self.recheck_every, math.ceil(budget))
 
 
 def create_fallback(fallback):

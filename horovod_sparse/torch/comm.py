@@ -57,8 +57,6 @@ class HorovodTorchCommunicator(ProcessSetCommunicator):
         return hvd.broadcast(torch.from_numpy(array), self.global_rank(root), name=self._name(),
                              process_set=self.process_set).numpy()
 
-
-
     def _allreduce_host(self, array):
         return hvd.allreduce(torch.from_numpy(array), op=hvd.Sum, name=self._name(),
                              process_set=self.process_set).numpy()

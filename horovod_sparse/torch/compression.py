@@ -98,7 +98,8 @@ class SparseCompressor(WholeModelCompressor):
         instead of sparsified; density is then counted over the sparsified part
         (``overall_density`` counts both).
     fallback : ``"auto"`` times sparse and dense steps and runs the faster,
-        re-checking every 200 steps (``core.fallback``); ``None`` (default)
+        re-checking at least every 200 steps and probing the slower kind within
+        1 % of the training time (``core.fallback``); ``None`` (default)
         always runs the method.
 
     Metrics (``metrics()``, ``history``, ``summary()``) and checkpoint state
@@ -177,8 +178,9 @@ class SparseCompressor(WholeModelCompressor):
         ``"plain"`` (the residual is empty and no velocity moves: each sends itself,
         as ``hvd.Compression.none`` does) or ``None`` (a step of the exchange)."""
         exchange = self._exchange
-        if (exchange is None or self.layout is None or self._optimizer is None
-                or self.sparsifier.clip_norm is not None or exchange.next_kind() != "dense"):
+        if exchange is None or self.layout is None or self._optimizer is None:
+            return None  # the exchange begins the step itself
+        if exchange.begin_step() != "dense" or self.sparsifier.clip_norm is not None:
             return None  # local clipping needs the whole gradient: DenseStep in the exchange
         if self._check_every and exchange.step_count % self._check_every == 0:
             check_parameters(self._parameters, self.comm)

@@ -435,7 +435,7 @@ def _train_with_fallback(in_exchange, nan_at=None, steps=8):
         except NonFiniteGradientError as error:
             raised, after = type(error).__name__, compression.state_dict()
         if step == 0:
-            compression.gradient_exchange.fallback = FixedSchedule("ssDDsD")
+            compression.gradient_exchange.fallback = FixedSchedule("ssDDsD", step=1)
         residuals = compression.state_dict()["residuals"]
         if compression.metrics().extra.get("fallback") and step != nan_at:
             flushed.append(all(not np.any(r) for r in residuals.values()))
