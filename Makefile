@@ -30,6 +30,8 @@ bench: install
 	mpirun --allow-run-as-root -np 2 $(PY) benchmarks/sparse_allreduce.py --communicator mpi
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.01
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.001
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --methods none,deft,deft/paper \
+		--epochs 12 --page deft_budget
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --framework tensorflow
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/convergence.py --task charlm --density 0.01
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/convergence.py --task charlm --density 0.001

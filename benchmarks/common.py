@@ -3,6 +3,24 @@
 import os
 import time
 
+from horovod_sparse.core import available, create
+
+# Benchmark rows for a method's variants: "method/variant" -> (method, options).
+VARIANTS = {"topk/union": ("topk", {"variant": "union"}),
+            "deft/paper": ("deft", {"budget": "paper"})}
+
+
+def method_rows():
+    """Every method, each followed by its variants' rows."""
+    return [row for name in available()
+            for row in [name, *(v for v, (method, _) in VARIANTS.items() if method == name)]]
+
+
+def create_row(row, **hyperparameters):
+    """The sparsifier of a benchmark row: a method's name or a ``VARIANTS`` key."""
+    method, options = VARIANTS.get(row, (row, {}))
+    return create(method, **options, **hyperparameters)
+
 
 def best_ms(function, repeats=7):
     """The fastest of ``repeats`` calls of ``function``, in milliseconds."""

@@ -9,7 +9,10 @@ Rank 0 writes ``docs/convergence_<density>.csv`` (test accuracy per epoch),
 (final accuracy, density, density error, build-up, imbalance, bytes per
 step, step time); with ``--framework tensorflow`` (``examples/digits_keras.py``:
 Keras ``fit``, dense and ExDyna by default) the files are
-``docs/convergence_keras_<density>.*``.  With ``--task charlm`` (the
+``docs/convergence_keras_<density>.*``; ``--page NAME`` writes
+``docs/NAME.*`` instead (a comparison that is not the main page).  A method
+may be a variant row of ``benchmarks/common.py`` (``topk/union``,
+``deft/paper``: the method with its paper-mode setting).  With ``--task charlm`` (the
 character-level LSTM of ``examples/charlm.py`` on the standard library's
 sources, PyTorch) the files are ``docs/charlm_<density>.*``: validation bits
 per character every 50 steps instead of accuracy per epoch.  ``--quick``
@@ -30,19 +33,34 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 DOCS = os.path.join(ROOT, "docs")
 
+from common import VARIANTS  # noqa: E402
+
 
 def trainer(args):
-    """``(horovod module, train(method) -> summary)`` for the task and framework."""
+    """``(horovod module, train(row) -> summary)`` for the task and framework; a
+    row is a method or one of ``common.VARIANTS``."""
     if args.framework == "tensorflow":
         from digits_keras import hvd, train as fit
-        return hvd, lambda method: fit(method, args.density, epochs=args.epochs,
-                                       verbose=False)[0]
-    import horovod.torch as hvd
-    if args.task == "charlm":
-        from charlm import train
-        return hvd, lambda method: train(method, args.density, steps=args.steps, verbose=False)
-    from digits import train
-    return hvd, lambda method: train(method, args.density, epochs=args.epochs, verbose=False)
+
+        def train(method, density, **options):
+            return fit(method, density, epochs=args.epochs, **options)[0]
+    elif args.task == "charlm":
+        import horovod.torch as hvd
+        from charlm import train as run_steps
+
+        def train(method, density, **options):
+            return run_steps(method, density, steps=args.steps, **options)
+    else:
+        import horovod.torch as hvd
+        from digits import train as run_epochs
+
+        def train(method, density, **options):
+            return run_epochs(method, density, epochs=args.epochs, **options)
+
+    def train_row(row):
+        method, options = VARIANTS.get(row, (row, {}))
+        return {**train(method, args.density, verbose=False, **options), "method": row}
+    return hvd, train_row
 
 
 def traffic_cells(r):
@@ -85,7 +103,7 @@ def plot(stem, results, x, y, labels, title, ylim=None):
 def write_digits(results, args, size):
     from digits_common import GOSSIP
 
-    name = f"convergence_{'keras_' if args.framework == 'tensorflow' else ''}{args.density}"
+    name = args.page or f"convergence_{'keras_' if args.framework == 'tensorflow' else ''}{args.density}"
     stem = os.path.join(DOCS, name)
     epochs = range(1, args.epochs + 1)
     write_series(stem, "epoch", epochs, results, lambda r: r["accuracies"])
@@ -96,7 +114,8 @@ def write_digits(results, args, size):
            "TensorFlow Keras 2 `fit`, Horovod's Keras DistributedOptimizer with groups=1")
     lines = [f"# Convergence at density {args.density} ({args.framework})", "",
              f"`horovodrun -np {size} python benchmarks/convergence.py --framework {args.framework} "
-             f"--density {args.density} --epochs {args.epochs} --methods {args.methods}` "
+             f"--density {args.density} --epochs {args.epochs} --methods {args.methods}"
+             f"{f' --page {args.page}' if args.page else ''}` "
              f"({platform.machine()}, {os.cpu_count()} cores, "
              f"{time.strftime('%Y-%m-%d')}). {how}. Digits (scikit-learn), 85,002-parameter MLP, batch 16 "
              "per rank, SGD momentum 0.9 (in the compressor for dgc and gssgd: momentum "
@@ -125,7 +144,7 @@ PARTITION_FAMILY = ("micro", "exdyna", "deft")
 
 
 def write_charlm(results, args, size):
-    name = f"charlm_{args.density}"
+    name = args.page or f"charlm_{args.density}"
     stem = os.path.join(DOCS, name)
     steps = [point["step"] for point in results[0]["curve"]]
     write_series(stem, "step", steps, results, lambda r: [p["bpc"] for p in r["curve"]])
@@ -136,7 +155,8 @@ def write_charlm(results, args, size):
     target = CHARLM_TARGETS.get(args.density)
     lines = [f"# Language model at density {args.density}", "",
              f"`horovodrun -np {size} python benchmarks/convergence.py --task charlm "
-             f"--density {args.density} --steps {args.steps} --methods {args.methods}` "
+             f"--density {args.density} --steps {args.steps} --methods {args.methods}"
+             f"{f' --page {args.page}' if args.page else ''}` "
              f"({platform.machine()}, {os.cpu_count()} cores, Python "
              f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}). `examples/charlm.py`: "
              "a character-level LSTM (embedding 64, LSTM 512, 1,331,456 parameters) on the "
@@ -197,6 +217,7 @@ def main():
     parser.add_argument("--methods", help="comma-separated; none = dense allreduce (default: "
                         "every method, and with digits on torch the gossip optimizers "
                         "crossover and sgp; none,exdyna with tensorflow)")
+    parser.add_argument("--page", help="write docs/PAGE.* instead of the default page")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.task == "charlm" and args.framework != "torch":

@@ -36,12 +36,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from horovod_sparse.core import GradientExchange, Layout, NumpyOps, available, create
-from common import oversubscription_note
+from horovod_sparse.core import GradientExchange, Layout, NumpyOps
+from common import create_row, method_rows, oversubscription_note
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-METHODS = ",".join(available())
+METHODS = ",".join(method_rows())
 
 
 class HorovodBackend:
@@ -145,7 +145,7 @@ def run(backend, source, method, args):
         if method == "dense":
             continue
         if exchange is None:
-            exchange = backend.exchange(create(method, density=args.density))
+            exchange = backend.exchange(create_row(method, density=args.density))
             layout = Layout(("gradient",), ((len(grad),),), ("torch.float32",))
         start = time.perf_counter()
         exchange.step([grad], layout)
@@ -202,7 +202,9 @@ def write_docs(results, args, backend):
              "method's own timers; dense: the allreduce); **step** = the whole "
              "`GradientExchange.step` (also accumulating the residual and writing the dense "
              "output). Bytes: logical payload sent + received per worker (dense: the vector "
-             "once each way). dense / x and topk / x: exchange-time ratios.", ""]
+             "once each way). dense / x and topk / x: exchange-time ratios. topk/union: "
+             "Top-k's union variant (the MiCRO, ExDyna and DEFT papers' baseline: index "
+             "lists allgathered, every rank's values allreduced at their union).", ""]
     for source, rows in results.items():
         n = rows[0]["n"]
         title = (f"Real gradients: digits MLP {'-'.join(map(str, [64, *args.hidden, 10]))}, "

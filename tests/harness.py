@@ -9,12 +9,17 @@ from horovod_sparse.core.fallback import AutoFallback
 
 PARTITION_CASES = [
     ("topk", {}),
+    ("topk", {"variant": "union"}),
     ("micro", {}),
     ("micro", {"threshold_control": "paper"}),
     ("exdyna", {}),
     ("exdyna", {"rebalance": "paper"}),
     ("exdyna", {"threshold_control": "paper", "rebalance": "none"}),
+    ("micro", {"threshold_control": "paper", "initial_threshold": "paper", "allgather": "padded"}),
+    ("exdyna", {"threshold_control": "paper", "rebalance": "paper", "initial_threshold": "paper",
+                "allgather": "padded", "blocks": 16}),
     ("deft", {}),
+    ("deft", {"budget": "paper"}),
 ]
 # Every case must match bit for bit whatever order a real allreduce adds in, so
 # a momentum that makes values non-dyadic only appears where no allreduce sums
@@ -59,7 +64,8 @@ def record_of(exchange, aggregate):
     """The comparable outcome of one step on one rank."""
     metrics, state = exchange.metrics, exchange.sparsifier.state_dict()
     record = dict(aggregate=np.array(aggregate), residual=np.array(exchange.feedback.residual),
-                  counts=list(metrics.counts), nnz=metrics.nnz, threshold=metrics.threshold)
+                  counts=list(metrics.counts), nnz=metrics.nnz, threshold=metrics.threshold,
+                  elements_received=metrics.elements_received)
     if state.get("partition"):
         record["edges"] = list(state["partition"]["edges"])
     if exchange.feedback.velocity is not None:

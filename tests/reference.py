@@ -45,7 +45,10 @@ def _record(aggregate, residuals, **state):
 
 
 # -- Top-k ---------------------------------------------------------------------
-def topk(grads, density):
+def topk(grads, density, variant="gather"):
+    """``"gather"``: each worker's list added, value / P, in worker order; a worker
+    zeroes what it sent.  ``"union"``: every worker's acc summed at the union of
+    the lists, / P; every worker zeroes the whole union."""
     P, n = len(grads[0]), grads[0][0].size
     k = k_of(density, n)
     residuals = [np.zeros(n, np.float32) for _ in range(P)]
@@ -53,15 +56,19 @@ def topk(grads, density):
     for step_grads in grads:
         accs = [g + e for g, e in zip(step_grads, residuals)]
         selections = [top_magnitudes(acc, k, 0, n) for acc in accs]
-        aggregate = np.zeros(n, np.float32)
-        for acc, selected in zip(accs, selections):  # each value / P, added in worker order
-            for i in selected:
-                aggregate[i] = np.float32(aggregate[i] + acc[i] / np.float32(P))
-        for acc, selected in zip(accs, selections):
-            acc[selected] = 0
+        union = sorted(set(i for s in selections for i in s))
+        if variant == "union":
+            aggregate = _average_union(accs, union)
+        else:
+            aggregate = np.zeros(n, np.float32)
+            for acc, selected in zip(accs, selections):  # each value / P, in worker order
+                for i in selected:
+                    aggregate[i] = np.float32(aggregate[i] + acc[i] / np.float32(P))
+            for acc, selected in zip(accs, selections):
+                acc[selected] = 0
         residuals = accs
-        nnz = len(set(i for s in selections for i in s))
-        records.append(_record(aggregate, residuals, counts=[len(s) for s in selections], nnz=nnz))
+        records.append(_record(aggregate, residuals, counts=[len(s) for s in selections],
+                               nnz=len(union)))
     return records
 
 
@@ -81,16 +88,13 @@ def _average_union(accs, union):
 
 # -- threshold control (docs/methods/threshold_control_rules.md: the papers' rule and ours) ----
 def paper_next(thr, K, k):
+    """The released code: x1.005 above 1.1 k, x1.00125 above 0.909 k, else x0.995."""
     r = K / k
     if r > 1.1:
         return thr * 1.005
-    if r < 1 / 1.1:
-        return thr * 0.995
-    if r > 1:
+    if r > 0.909:
         return thr * 1.00125
-    if r < 1:
-        return thr * 0.9987
-    return thr
+    return thr * 0.995
 
 
 def ladder(thr, low, fall):
@@ -122,11 +126,15 @@ def first_threshold(accs, owned, k):
 
 
 # -- ExDyna's block partition ---------------------------------------------------
-def initial_blocks(n, P, target=1024):
+def initial_blocks(n, P, target=1024, exact=False):
+    """Ours: n // block blocks (the remainder under one block); ``exact`` (ExDyna's
+    code): exactly ``target`` blocks, the whole remainder in the last partition."""
     block = (n // target) // 32 * 32
-    if block == 0:
+    if block > 0:
+        num_blocks = target if exact else n // block
+    else:
         block = 32 if n >= 32 * P else 1
-    num_blocks = n // block  # the remainder stays under one block
+        num_blocks = n // block
     per, extra = divmod(num_blocks, P)
     edges = [0]
     for j in range(P):
@@ -140,28 +148,34 @@ def block_bounds(n, block, edges):
 
 
 def min_blocks(num_blocks, P, rule):
-    """ExDyna's num_blocks/(4P) for the paper rule, 1 for ours (never over an even share)."""
+    """ExDyna's num_blocks/(4P), a real number, for the paper rule; 1 for ours
+    (never over an even share)."""
     if num_blocks < P:
         return 0
-    wanted = max(1, num_blocks // (4 * P)) if rule != "proportional" else 1
+    wanted = max(1, num_blocks / (4 * P)) if rule != "proportional" else 1
     return min(wanted, num_blocks // P)
 
 
 def paper_rebalance(edges, loads, block, num_blocks, n):
-    rule = "paper"
+    """ExDyna's released sweep: mean int(K/P), ratios load/mean against 1.05 and
+    0.95238, one block per pair if the giver keeps min_blocks after it,
+    loads moved by int(block * K / n)."""
     P = len(loads)
-    edges, loads = list(edges), [float(x) for x in loads]
-    total = sum(loads)
-    if total <= 0 or P == 1:
+    edges, loads = list(edges), [int(x) for x in loads]
+    K = sum(loads)
+    if K <= 0 or P == 1 or int(K / P) == 0:
         return edges
-    mean, shift, least = total / P, block * total / n, min_blocks(num_blocks, P, rule)
+    mean, shift, least = int(K / P), int(block * (K / n)), min_blocks(num_blocks, P, "paper")
     for j in range(P - 1):
         left, right = edges[j + 1] - edges[j], edges[j + 2] - edges[j + 1]
-        if loads[j] > 1.05 * mean and loads[j + 1] < mean / 1.05 and left > least:
-            edges[j + 1] -= 1
-            loads[j] -= shift
-            loads[j + 1] += shift
-        elif loads[j + 1] > 1.05 * mean and loads[j] < mean / 1.05 and right > least:
+        high_left, high_right = loads[j] / mean > 1.05, loads[j + 1] / mean > 1.05
+        low_left, low_right = loads[j] / mean < 0.95238, loads[j + 1] / mean < 0.95238
+        if high_left and low_right:
+            if left - 1 >= least:
+                edges[j + 1] -= 1
+                loads[j] -= shift
+                loads[j + 1] += shift
+        elif low_left and high_right and right - 1 >= least:
             edges[j + 1] += 1
             loads[j] += shift
             loads[j + 1] -= shift
@@ -201,14 +215,20 @@ def proportional_rebalance(edges, loads, block, num_blocks, n, estimate):
 
 
 # -- MiCRO and ExDyna ----------------------------------------------------------
-def exclusive(grads, density, control="adaptive", rebalance=None):
-    """MiCRO (``rebalance=None``) or ExDyna (``"paper"``, ``"proportional"``, ``"none"``)."""
+def exclusive(grads, density, control="adaptive", rebalance=None, initial="estimate",
+              blocks=1024):
+    """MiCRO (``rebalance=None``) or ExDyna (``"paper"``, ``"proportional"``, ``"none"``).
+    ``initial="paper"``: first threshold 1/(2 sqrt k).  With ``control="paper"`` a
+    worker that selects nothing sends coordinate start + t mod (its partition's
+    length), as the released code does."""
     P, n = len(grads[0]), grads[0][0].size
     k = k_of(density, n)
     residuals = [np.zeros(n, np.float32) for _ in range(P)]
     thr, low, fall, records, last_counts = None, 0.5, 1.0, [], None
+    if initial == "paper":
+        thr = 1.0 / (2.0 * math.sqrt(k))
     if rebalance is not None:
-        block, num_blocks, edges = initial_blocks(n, P)
+        block, num_blocks, edges = initial_blocks(n, P, blocks, exact=rebalance == "paper")
         estimate = None
     for t, step_grads in enumerate(grads):
         accs = [g + e for g, e in zip(step_grads, residuals)]
@@ -233,10 +253,19 @@ def exclusive(grads, density, control="adaptive", rebalance=None):
         for acc, (start, stop) in zip(accs, owned):
             per_worker.append([sum(1 for i in range(start, stop) if abs(acc[i]) >= r)
                                for r in rungs32])
-        totals = [sum(w[j] for w in per_worker) for j in range(len(rungs))]
-        chosen = 0 if control == "paper" else nearest_rung(totals, k)
-        selections = [[i for i in range(start, stop) if abs(acc[i]) >= rungs32[chosen]]
+        chosen = 0
+        selections = [[i for i in range(start, stop) if abs(acc[i]) >= rungs32[0]]
                       for acc, (start, stop) in zip(accs, owned)]
+        if control == "paper":
+            for r, (start, stop) in enumerate(owned):
+                if not selections[r] and stop > start:
+                    selections[r] = [start + t % (stop - start)]
+                    per_worker[r] = [1]
+        totals = [sum(w[j] for w in per_worker) for j in range(len(rungs))]
+        if control != "paper":
+            chosen = nearest_rung(totals, k)
+            selections = [[i for i in range(start, stop) if abs(acc[i]) >= rungs32[chosen]]
+                          for acc, (start, stop) in zip(accs, owned)]
         union = [i for chosen_indices in selections for i in chosen_indices]
         aggregate = _average_union(accs, union)
         residuals = accs
@@ -261,9 +290,12 @@ def exclusive(grads, density, control="adaptive", rebalance=None):
 
 
 # -- DEFT ----------------------------------------------------------------------
-def deft(grads, density, sizes):
+def deft(grads, density, sizes, budget="exact"):
+    """``budget="paper"``: the released code's budgets (every segment at least 1,
+    nothing handed on; the total may exceed k)."""
     P, n = len(grads[0]), grads[0][0].size
     k = k_of(density, n)
+    paper = budget == "paper"
     segments, offset = [], 0
     for size in sizes:
         if size > n / P:
@@ -280,7 +312,21 @@ def deft(grads, density, sizes):
     residuals = [np.zeros(n, np.float32) for _ in range(P)]
     records = []
 
+    def paper_budgets_of(acc):
+        norms = [math.sqrt(sum(float(x) * float(x) for x in acc[s:e])) for s, e in segments]
+        budget, k_rem, norm_rem = [0] * len(segments), k, 0.0
+        for norm in norms:
+            norm_rem += norm
+        for l in np.argsort(np.array(norms))[::-1]:  # the code's order, ties included
+            share = int(k_rem * norms[l] / norm_rem) if norm_rem > 0 else 0
+            budget[l] = lengths[l] if lengths[l] < share else max(1, share)
+            k_rem -= budget[l]
+            norm_rem -= norms[l]
+        return budget
+
     def budgets_of(acc):
+        if paper:
+            return paper_budgets_of(acc)
         norms = [math.sqrt(sum(float(x) * float(x) for x in acc[s:e])) for s, e in segments]
         order = sorted(range(len(segments)), key=lambda l: (-norms[l], l))
         budget, k_rem, norm_rem = [0] * len(segments), k, math.fsum(norms)
@@ -526,14 +572,16 @@ def gssgd(grads, density, rows=5, columns=None, candidates=4, momentum=0.9, seed
 
 def run(method, grads, density, sizes, **options):
     if method == "topk":
-        return topk(grads, density)
-    if method == "micro":
-        return exclusive(grads, density, control=options.get("threshold_control", "adaptive"))
-    if method == "exdyna":
+        return topk(grads, density, **options)
+    if method in ("micro", "exdyna"):
+        # allgather="padded" changes the traffic only, not what arrives
         return exclusive(grads, density, control=options.get("threshold_control", "adaptive"),
-                         rebalance=options.get("rebalance", "proportional"))
+                         rebalance=options.get("rebalance", "proportional")
+                         if method == "exdyna" else None,
+                         initial=options.get("initial_threshold", "estimate"),
+                         blocks=options.get("blocks", 1024))
     if method == "deft":
-        return deft(grads, density, sizes)
+        return deft(grads, density, sizes, **options)
     baselines = {"gtopk": gtopk, "randomk": randomk, "threshold": hard_threshold, "dgc": dgc,
                  "cltk": cltk, "gssgd": gssgd}
     return baselines[method](grads, density, **options)

@@ -47,7 +47,10 @@ def test_memory_quick():
 def test_rebalance_quick():
     out = subprocess.run([sys.executable, "benchmarks/rebalance.py", "--quick"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300, check=True).stdout
-    assert "exdyna/proportional" in out
+    assert "exdyna/proportional" in out and "exdyna, paper mode" in out
+    padded_over_exact = [float(line.split("padded / exact: ")[1].split(";")[0])
+                         for line in out.splitlines() if "padded / exact" in line]
+    assert len(padded_over_exact) == 4 and min(padded_over_exact) >= 1.0
 
 
 @pytest.mark.horovod
@@ -60,8 +63,8 @@ def test_threshold_control_quick():
 def test_sparse_allreduce_quick():
     out = horovodrun(2, "benchmarks/sparse_allreduce.py", "--quick")
     model, synthetic = out.split("# synthetic gradients")
-    for method in ("dense", "topk", "gtopk", "randomk", "threshold", "dgc", "cltk", "gssgd",
-                   "micro", "exdyna", "deft"):
+    for method in ("dense", "topk", "topk/union", "gtopk", "randomk", "threshold", "dgc", "cltk",
+                   "gssgd", "micro", "exdyna", "deft"):
         assert f"{method} " in model and f"{method} " in synthetic
 
 

@@ -9,7 +9,7 @@ from horovod_sparse import available, create
 from horovod_sparse.core import checkpoint
 from horovod_sparse.core import (GradientExchange, Layout, ModelMismatchError, NonFiniteGradientError,
                                  NumpyOps, run_simulated)
-from horovod_sparse.core.methods.deft import deft_budgets
+from horovod_sparse.core.methods.deft import deft_budgets, deft_paper_budgets
 from horovod_sparse.core.partition import BlockPartition
 
 EXCLUSIVE = ["micro", "exdyna", "deft"]
@@ -88,6 +88,20 @@ def test_deft_budgets_sum_to_k():
         budgets = deft_budgets(norms, segments, k)
         assert budgets.sum() == k
         assert (budgets <= segments).all() and (budgets >= 0).all()
+
+
+def test_deft_paper_budgets_give_every_segment_one_and_may_exceed_k():
+    rng = np.random.default_rng(1)
+    excess = []
+    for _ in range(300):
+        segments = rng.integers(1, 50, size=rng.integers(1, 12))
+        norms = rng.exponential(size=segments.size) * (rng.random(segments.size) > 0.2)
+        k = int(rng.integers(1, segments.sum() + 1))
+        budgets = deft_paper_budgets(norms, segments, k)
+        assert (budgets >= 1).all() and (budgets <= segments).all()
+        assert budgets.sum() <= k + segments.size
+        excess.append(budgets.sum() - k)
+    assert max(excess) > 0  # the released rule can send more than k
 
 
 @pytest.mark.parametrize("n,size", [(5, 4), (3, 4), (100, 8), (40_000, 4), (3_000_000, 64)])
@@ -290,6 +304,14 @@ def test_bad_configuration_names_the_parameter():
         create("topk", density="0.1")
     with pytest.raises(ValueError, match="known methods"):
         create("nope")
+    with pytest.raises(ValueError, match="variant"):
+        create("topk", variant="allgather")
+    with pytest.raises(ValueError, match="budget"):
+        create("deft", budget="greedy")
+    with pytest.raises(ValueError, match="initial_threshold"):
+        create("micro", initial_threshold="zero")
+    with pytest.raises(ValueError, match="allgather"):
+        create("exdyna", allgather="ring")
     with pytest.raises(TypeError, match="rebalance"):
         create("micro", rebalance="paper")
     with pytest.raises(ValueError, match="threshold_control"):

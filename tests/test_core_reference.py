@@ -17,3 +17,33 @@ def test_matches_reference_over_20_steps(method, options, size):
 def test_skewed_stream_matches_reference(method, options):
     grads = stream(seed=3, steps=20, size=4, skew=True)
     assert_matches_reference(method, options, run_core(method, options, grads, 0.05), grads, 0.05)
+
+
+PAPER_MODES = [("micro", {"threshold_control": "paper", "initial_threshold": "paper"}),
+               ("exdyna", {"threshold_control": "paper", "rebalance": "paper",
+                           "initial_threshold": "paper", "blocks": 16})]
+
+
+@pytest.mark.parametrize("method,options", PAPER_MODES)
+def test_paper_mode_rank_that_selects_nothing_sends_one_coordinate(method, options):
+    """The released code's rule, checked where it bites: half the model silent."""
+    grads = stream(seed=5, steps=12, size=4)
+    for step in grads:
+        for flat in step:
+            flat[flat.size // 2:] = 0
+    expected = assert_matches_reference(method, options, run_core(method, options, grads, 0.05),
+                                        grads, 0.05)
+    assert any(1 in record["counts"] for record in expected)
+
+
+@pytest.mark.parametrize("method,options", PAPER_MODES)
+def test_padded_allgather_delivers_the_same_and_sends_the_longest_list(method, options):
+    grads = stream(seed=3, steps=8, size=4, skew=True)
+    traffic = {}
+    for allgather in ("exact", "padded"):
+        per_rank = run_core(method, {**options, "allgather": allgather}, grads, 0.05)
+        assert_matches_reference(method, options, per_rank, grads, 0.05)
+        traffic[allgather] = [(r["counts"], r["elements_received"]) for r in per_rank[0]]
+    for (counts, exact), (_, padded) in zip(traffic["exact"], traffic["padded"]):
+        # rank 0 receives everybody else's list, padded to the longest
+        assert padded - exact == (len(counts) - 1) * max(counts) - (sum(counts) - counts[0])

@@ -37,8 +37,9 @@ REBALANCE_RULES = ("paper", "proportional", "none")
 
 
 def paper_min_blocks(num_blocks, size):
-    """ExDyna's floor on a partition's blocks: ``num_blocks / (4P)``."""
-    return max(1, num_blocks // (4 * size))
+    """ExDyna's floor on a partition's blocks: ``num_blocks / (4P)``, a real number
+    as in the released code (at least 1)."""
+    return max(1, num_blocks / (4 * size))
 
 
 @dataclass(frozen=True)
@@ -48,28 +49,31 @@ class BlockPartition:
     ``edges[j]:edges[j+1]`` are partition ``j``'s blocks; the last partition
     also takes the ``n - num_blocks * block`` remainder elements.  Block size:
     ``floor(n / 1024)`` rounded down to a multiple of 32 (ExDyna); 32 for
-    models under 32 Ki elements and 1 for models under ``32 P``.  Ours: we
-    use ``floor(n / block)`` blocks (1024 up to the rounding) so the
-    remainder stays under one block -- with exactly 1024 blocks the rounding
-    can leave up to ``31 * 1024`` elements to the last partition, beyond the
-    reach of rebalancing (23 % of an 85 K-parameter model).
+    models under 32 Ki elements and 1 for models under ``32 P``.  ExDyna
+    (``exact_blocks``, the paper rule) has exactly 1024 blocks, so the
+    rounding can leave up to ``31 * 1024`` elements to the last partition,
+    beyond the reach of rebalancing (23 % of an 85 K-parameter model); ours
+    uses ``floor(n / block)`` blocks so the remainder stays under one block.
     Every partition keeps at least ``min_blocks`` blocks: ExDyna's
-    ``num_blocks // (4P)`` by default (see :func:`paper_min_blocks`).
+    ``num_blocks / (4P)`` by default (see :func:`paper_min_blocks`).
     """
 
     n: int
     block: int
     num_blocks: int
     edges: tuple
-    min_blocks: int
+    min_blocks: float
     block_loads: tuple = None  # the proportional rule's per-block load estimate
 
     @classmethod
-    def initial(cls, n, size, target_blocks=1024, alignment=32, min_blocks=None):
+    def initial(cls, n, size, target_blocks=1024, alignment=32, min_blocks=None,
+                exact_blocks=False):
         block = (n // target_blocks) // alignment * alignment
-        if block == 0:
+        if block:
+            num_blocks = target_blocks if exact_blocks else n // block
+        else:  # a small model: blocks of 32 (or 1), every element in one
             block = alignment if n >= alignment * size else 1
-        num_blocks = n // block
+            num_blocks = n // block
         edges = tuple(start for start, _ in even_bounds(num_blocks, size)) + (num_blocks,)
         if min_blocks is None:
             min_blocks = paper_min_blocks(num_blocks, size)
@@ -114,20 +118,25 @@ class BlockPartition:
                               block_loads=block_loads)
 
     def _paper_sweep(self, loads, total):
-        """ExDyna: sweep adjacent pairs left to right, move one block toward the
-        side under ``mean / 1.05`` when the other is over ``1.05 mean``; both
-        estimates move by ``block * K / n`` so moves cascade."""
+        """ExDyna's released sweep: over adjacent pairs left to right, with the mean
+        load ``m = int(K / P)``, move one block toward the side under ``0.95238 m``
+        when the other is over ``1.05 m`` (each ratio ``load / m``) and the
+        giving side keeps ``min_blocks``; both loads move by
+        ``int(block * K / n)`` so moves cascade.  No move while ``m`` is 0."""
         edges, loads, blocks = list(self.edges), loads.copy(), self.blocks().copy()
-        mean, shift = total / self.size, self.block * total / self.n
-        high, low = 1.05 * mean, mean / 1.05
+        mean, shift = int(total / self.size), int(self.block * (total / self.n))
+        if mean == 0:
+            return edges
         for j in range(self.size - 1):
-            if loads[j] > high and loads[j + 1] < low and blocks[j] > self.min_blocks:
-                edges[j + 1] -= 1
-                blocks[j] -= 1
-                blocks[j + 1] += 1
-                loads[j] -= shift
-                loads[j + 1] += shift
-            elif loads[j + 1] > high and loads[j] < low and blocks[j + 1] > self.min_blocks:
+            left, right = loads[j] / mean, loads[j + 1] / mean
+            if left > 1.05 and right < 0.95238:
+                if blocks[j] - 1 >= self.min_blocks:
+                    edges[j + 1] -= 1
+                    blocks[j] -= 1
+                    blocks[j + 1] += 1
+                    loads[j] -= shift
+                    loads[j + 1] += shift
+            elif left < 0.95238 and right > 1.05 and blocks[j + 1] - 1 >= self.min_blocks:
                 edges[j + 1] += 1
                 blocks[j] += 1
                 blocks[j + 1] -= 1
@@ -149,14 +158,14 @@ class BlockPartition:
             if last > first:
                 estimate[first:last] = weights[first:last] * (loads[j] / math.fsum(weights[first:last]))
         cumulative = np.concatenate([[0.0], np.cumsum(estimate)])
-        edges = [0]
+        edges, least = [0], math.ceil(self.min_blocks)  # whole blocks
         for j in range(1, self.size):
             target = cumulative[-1] * j / self.size
             edge = min(int(np.searchsorted(cumulative, target, side="left")), self.num_blocks)
             if edge > 0 and target - cumulative[edge - 1] < cumulative[edge] - target:
                 edge -= 1
-            lowest = edges[-1] + self.min_blocks
-            highest = self.num_blocks - (self.size - j) * self.min_blocks
+            lowest = edges[-1] + least
+            highest = self.num_blocks - (self.size - j) * least
             edges.append(min(max(edge, lowest), highest))
         edges.append(self.num_blocks)
         return edges, tuple(estimate.tolist())

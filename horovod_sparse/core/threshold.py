@@ -10,14 +10,19 @@ the counts travel in the header, and every rank picks the same rung from the
 global counts.  The rung is used for this step's selection and seeds the next
 step's ladder.
 
-* :func:`initial_threshold` (t = 0; docs/methods/threshold_control_rules.md): each rank
-  takes the ``k`` largest magnitudes of the partition it owns; the ``k``-th
-  largest of all ranks' candidates selects exactly ``k`` elements.  One-off
-  cost: a top-k over ``n/P`` and an allgather of ``k`` values.
-* :class:`PaperControl`: one rung, scaled after the step by MiCRO/ExDyna's
-  released rule, with our Decision for the dead band (x1.00125 when
-  ``1 < K/k <= 1.1``, x0.9987 when ``1/1.1 <= K/k < 1``).  It follows the
-  gradient with a lag, and its +-10 % band lets the error sit near 10 %.
+* :func:`initial_threshold` (t = 0, ``initial_threshold="estimate"``,
+  default; docs/methods/threshold_control_rules.md): each rank takes the
+  ``k`` largest magnitudes of the partition it owns; the ``k``-th largest of
+  all ranks' candidates selects exactly ``k`` elements.  One-off cost: a
+  top-k over ``n/P`` and an allgather of ``k`` values.
+  :func:`paper_initial_threshold` (``"paper"``): the released code's
+  ``1 / (2 sqrt(k))``, whatever the gradient's scale.
+* :class:`PaperControl`: one rung, scaled after the step exactly as
+  MiCRO/ExDyna's released code does: ``K/k > 1.1`` x1.005, else
+  ``K/k > 0.909`` x1.00125, else x0.995 (its x0.9987 branch is unreachable).
+  It follows the gradient with a lag, and inside the band it always rises.
+  A rank that selects nothing sends one coordinate of its partition, as
+  that code does (:attr:`PaperControl.sends_one_when_empty`).
 * :class:`AdaptiveControl` (default, ours): rungs every 0.4 % (in log) from
   ``low`` times the last threshold up to twice it, plus 8 coarse rungs up
   to 4 times it; the rung whose global count is nearest ``k`` (in
@@ -52,10 +57,20 @@ def initial_threshold(acc, k, start, stop, context):
     return float(np.partition(magnitudes, magnitudes.size - k)[magnitudes.size - k])
 
 
+INITIAL_THRESHOLDS = ("estimate", "paper")
+
+
+def paper_initial_threshold(k):
+    """MiCRO/ExDyna's released first threshold, ``1 / (2 sqrt(k))``."""
+    return 1.0 / (2.0 * math.sqrt(k))
+
+
 class PaperControl:
-    """MiCRO/ExDyna's multiplicative rule (one rung)."""
+    """MiCRO/ExDyna's multiplicative rule (one rung), as the released code runs it."""
 
     name = "paper"
+    sends_one_when_empty = True  # a rank that selects nothing sends one coordinate
+    reestimates = False          # never re-measures from the data
 
     def rungs(self, threshold):
         return np.array([threshold], dtype=np.float64)
@@ -68,13 +83,9 @@ class PaperControl:
         threshold = rungs[chosen]
         if ratio > 1.1:
             return threshold * 1.005
-        if ratio < 1 / 1.1:
-            return threshold * 0.995
-        if ratio > 1:
+        if ratio > 0.909:
             return threshold * 1.00125
-        if ratio < 1:
-            return threshold * 0.9987
-        return threshold
+        return threshold * 0.995
 
     def state_dict(self):
         return {}
@@ -95,6 +106,8 @@ class AdaptiveControl:
     """
 
     name = "adaptive"
+    sends_one_when_empty = False
+    reestimates = True  # re-measures from the data after a count far from k
     resolution, span, reach, coarse = 0.004, 0.7, 4.0, 8
     low_range = (0.5, 0.8)
 

@@ -4,9 +4,12 @@
    ``P`` nearly equal contiguous sub-segments.
 2. Budgets from the worker's own ``acc``: visit segments by descending L2 norm,
    ``k_l = min(size_l, max(1, floor(k_rem * norm_l / norm_rem)))``, then
-   subtract from ``k_rem`` and ``norm_rem`` (``k_l = 0`` once ``k_rem`` is
-   spent; whatever size caps leave over goes to later segments with room, so
-   budgets sum to ``k``).
+   subtract from ``k_rem`` and ``norm_rem``.  ``budget="exact"`` (default,
+   ours): ``k_l = 0`` once ``k_rem`` is spent, and whatever size caps leave
+   over goes to later segments with room, so budgets sum to ``k``.
+   ``budget="paper"`` (the released code): every segment gets at least one
+   coordinate even after ``k_rem`` is spent, nothing is handed on, and the
+   total can exceed ``k`` (by one per segment at most).
 3. The rotating leader ``t mod P`` bin-packs its segments into ``P`` bins
    (largest cost ``size_l * log2(k_l)`` first -- ``size_l`` when ``k_l <= 1``
    -- into the least-loaded bin); segments with ``k_l == size_l`` go to a
@@ -69,6 +72,26 @@ def deft_budgets(norms, sizes, k):
     return budgets
 
 
+def deft_paper_budgets(norms, sizes, k):
+    """The released code's budgets: over ``argsort(norms)[::-1]``,
+    ``k_l = size_l`` if ``size_l < t`` else ``max(1, t)`` with
+    ``t = int(k_rem * norm_l / norm_rem)`` (0 once ``norm_rem`` is 0); ``k_rem``
+    may go negative.  Every segment gets at least 1; the sum can exceed ``k``."""
+    norms = np.asarray(norms, dtype=np.float64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    budgets = np.zeros(len(norms), dtype=np.int64)
+    k_rem, norm_rem = int(k), sum(norms.tolist())  # summed in order, as the code does
+    for l in np.argsort(norms)[::-1]:
+        share = int(k_rem * norms[l] / norm_rem) if norm_rem > 0 else 0
+        budgets[l] = sizes[l] if sizes[l] < share else max(1, share)
+        k_rem -= int(budgets[l])
+        norm_rem -= norms[l]
+    return budgets
+
+
+BUDGETS = {"exact": deft_budgets, "paper": deft_paper_budgets}
+
+
 def deft_assignment(budgets, sizes, size):
     """Bin of every segment (``COMMON`` for segments sent densely by all)."""
     budgets, sizes = np.asarray(budgets), np.asarray(sizes)
@@ -88,6 +111,12 @@ def deft_assignment(budgets, sizes, size):
 class DEFT(Sparsifier):
     name = "deft"
 
+    def __init__(self, density=0.001, budget="exact"):
+        super().__init__(density)
+        if budget not in BUDGETS:
+            raise ValueError(f"budget must be one of {sorted(BUDGETS)}, got {budget!r}")
+        self.budget = budget
+
     def exchange(self, acc, context):
         ops, layout = context.ops, context.layout
         k, size, rank, step = self.k(layout.n), context.size, context.rank, context.step
@@ -95,7 +124,7 @@ class DEFT(Sparsifier):
         sizes = np.array([stop - start for start, stop in segments], dtype=np.int64)
         leader = step % size
         with context.timed_selection():
-            budgets = deft_budgets(np.sqrt(ops.segment_sq_norms(acc, segments)), sizes, k)
+            budgets = BUDGETS[self.budget](np.sqrt(ops.segment_sq_norms(acc, segments)), sizes, k)
             mine = deft_assignment(budgets, sizes, size) if rank == leader else np.zeros(
                 len(segments), dtype=np.int64)
         assignment = context.exchange_header(*mine)[leader]
@@ -114,3 +143,6 @@ class DEFT(Sparsifier):
         metrics = step_metrics(context, k, counts, counts.sum() + common_size)
         metrics.extra["common_elements"] = common_size
         return aggregate, metrics
+
+    def __repr__(self):
+        return f"DEFT(density={self.density}, budget={self.budget!r})"

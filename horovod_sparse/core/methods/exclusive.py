@@ -17,19 +17,28 @@ data at the first step and then scaled online from global counts only (see
 step's header), so all ranks agree without extra messages.
 
 Hyper-parameters: ``density`` (0.001); ``threshold_control`` ``"adaptive"``
-(default, ours) or ``"paper"``; ExDyna's ``rebalance`` ``"proportional"``
-(default, ours), ``"paper"`` or ``"none"``; ``blocks`` (1024) and
-``min_blocks``, the fewest blocks a partition keeps (default: ExDyna's
-``blocks / (4P)`` with ``"paper"``, 1 with ``"proportional"``, whose
-data-driven cuts need the room: with ExDyna's floor a hot region narrower
-than ``(P-1)/(4P)`` of the model cannot be split evenly).
+(default, ours) or ``"paper"``; ``initial_threshold`` ``"estimate"``
+(default, ours: the exact ``k``-th magnitude) or ``"paper"`` (``1/(2 sqrt
+k)``); ``allgather`` ``"exact"`` (default: each rank sends its own count)
+or ``"padded"`` (every index list padded to the longest, as the papers'
+equal-size NCCL allgather: imbalance then costs traffic); ExDyna's
+``rebalance`` ``"proportional"`` (default, ours), ``"paper"`` or
+``"none"``; ``blocks`` (1024) and ``min_blocks``, the fewest blocks a
+partition keeps (default: ExDyna's ``blocks / (4P)`` with ``"paper"``, 1
+with ``"proportional"``, whose data-driven cuts need the room: with
+ExDyna's floor a hot region narrower than ``(P-1)/(4P)`` of the model
+cannot be split evenly).  All four ``"paper"`` settings together run the
+released code's arithmetic (``core.threshold``, ``core.partition``).
 """
 
 import numpy as np
 
 from ..partition import BlockPartition, even_bounds, owned_partition, owner_of
-from ..threshold import AdaptiveControl, initial_threshold, make_control
-from .base import Sparsifier, average_disjoint, step_metrics
+from ..threshold import INITIAL_THRESHOLDS, initial_threshold, make_control, \
+    paper_initial_threshold
+from .base import Sparsifier, allgather_padded, average_disjoint, step_metrics
+
+ALLGATHERS = ("exact", "padded")
 
 _TINY = float(np.finfo(np.float32).tiny)
 # The adaptive controller re-estimates from data when the count is this far off.
@@ -47,9 +56,16 @@ def ladder_candidates(ops, acc, rungs, start, stop):
 class ExclusivePartitionSparsifier(Sparsifier):
     """Threshold selection inside a rotating exclusive partition (MiCRO's core)."""
 
-    def __init__(self, density=0.001, threshold_control="adaptive"):
+    def __init__(self, density=0.001, threshold_control="adaptive", initial_threshold="estimate",
+                 allgather="exact"):
         super().__init__(density)
         self.control = make_control(threshold_control)
+        if initial_threshold not in INITIAL_THRESHOLDS:
+            raise ValueError(f"initial_threshold must be one of {INITIAL_THRESHOLDS}, "
+                             f"got {initial_threshold!r}")
+        if allgather not in ALLGATHERS:
+            raise ValueError(f"allgather must be one of {ALLGATHERS}, got {allgather!r}")
+        self.initial_threshold, self.allgather = initial_threshold, allgather
         self.threshold = None
         self.last_counts = None  # k_i of the last completed step ...
         self.last_step = None    # ... and which step that was
@@ -68,15 +84,20 @@ class ExclusivePartitionSparsifier(Sparsifier):
         k = self.k(n)
         bounds, layout_state = self.partition_bounds(n, size, context.step)
         start, stop = bounds[owned_partition(context.step, context.rank, size)]
-        estimating = self.threshold is None
+        threshold = self.threshold
+        if threshold is None and self.last_step is None and self.initial_threshold == "paper":
+            threshold = paper_initial_threshold(k)
+        estimating = threshold is None
         if estimating:  # measured from the data by a collective, so after the header
             context.exchange_header()
             threshold = max(initial_threshold(acc, k, start, stop, context), _TINY)
-        else:
-            threshold = self.threshold
         rungs = np.maximum(self.control.rungs(threshold), _TINY)
         with context.timed_selection():
             candidates, magnitudes, ladder = ladder_candidates(ops, acc, rungs, start, stop)
+            if self.control.sends_one_when_empty and not len(candidates) and stop > start:
+                first = start + context.step % (stop - start)
+                candidates = ops.arange(first, first + 1, acc)
+                magnitudes, ladder = ops.take(acc, candidates), [1]
         fields = [len(candidates), *ladder]
         table = (context.allgather_host(np.array(fields, dtype=np.int64)) if estimating
                  else context.exchange_header(*fields))
@@ -86,7 +107,8 @@ class ExclusivePartitionSparsifier(Sparsifier):
         with context.timed_selection():
             indices = candidates if chosen == 0 else ops.select_abs_ge(candidates, magnitudes,
                                                                         rungs[chosen])
-        union = context.allgather_indices(indices, counts)
+        union = (allgather_padded(context, indices, counts) if self.allgather == "padded"
+                 else context.allgather_indices(indices, counts))
         aggregate = average_disjoint(context, union, acc)
         self._commit(rungs, totals, chosen, k, counts, context.step)
         self.commit_layout(layout_state)
@@ -96,8 +118,7 @@ class ExclusivePartitionSparsifier(Sparsifier):
         self.last_counts, self.last_step = [int(c) for c in counts], step
         threshold = self.control.next_threshold(rungs, ladder, chosen, k)
         total = int(ladder[chosen])
-        if isinstance(self.control, AdaptiveControl) and not (
-                k / _REESTIMATE_RATIO <= total <= k * _REESTIMATE_RATIO):
+        if self.control.reestimates and not k / _REESTIMATE_RATIO <= total <= k * _REESTIMATE_RATIO:
             self.threshold = None  # far off (or nothing selected): measure again next step
             return
         self.threshold = max(threshold, _TINY)
@@ -117,15 +138,16 @@ class MiCRO(ExclusivePartitionSparsifier):
     name = "micro"
 
     def __repr__(self):
-        return f"MiCRO(density={self.density}, threshold_control={self.control.name!r})"
+        return (f"MiCRO(density={self.density}, threshold_control={self.control.name!r}, "
+                f"initial_threshold={self.initial_threshold!r}, allgather={self.allgather!r})")
 
 
 class ExDyna(ExclusivePartitionSparsifier):
     name = "exdyna"
 
     def __init__(self, density=0.001, threshold_control="adaptive", rebalance="proportional",
-                 blocks=1024, min_blocks=None):
-        super().__init__(density, threshold_control)
+                 blocks=1024, min_blocks=None, initial_threshold="estimate", allgather="exact"):
+        super().__init__(density, threshold_control, initial_threshold, allgather)
         if rebalance not in ("paper", "proportional", "none"):
             raise ValueError("rebalance must be one of ['none', 'paper', 'proportional'], "
                              f"got {rebalance!r}")
@@ -143,7 +165,8 @@ class ExDyna(ExclusivePartitionSparsifier):
         partition = self.partition
         if partition is None or partition.n != n or partition.size != size:
             partition = BlockPartition.initial(n, size, target_blocks=self.blocks,
-                                               min_blocks=self.min_blocks)
+                                               min_blocks=self.min_blocks,
+                                               exact_blocks=self.rebalance == "paper")
         elif self.last_step == step - 1:
             loads = [self.last_counts[owner_of(j, step - 1, size)] for j in range(size)]
             partition = partition.rebalanced(loads, self.rebalance)
@@ -173,4 +196,5 @@ class ExDyna(ExclusivePartitionSparsifier):
     def __repr__(self):
         return (f"ExDyna(density={self.density}, threshold_control={self.control.name!r}, "
                 f"rebalance={self.rebalance!r}, blocks={self.blocks}, "
-                f"min_blocks={self.min_blocks})")
+                f"min_blocks={self.min_blocks}, initial_threshold={self.initial_threshold!r}, "
+                f"allgather={self.allgather!r})")
