@@ -165,9 +165,9 @@ def fallback_run(args, scratch):
     bring_up("1gbit")
     schedule = AutoFallback()
     # At 1 Gbit/s a dense step costs ~4 sparse ones: the second check starts
-    # probe * 3 / probe_cost (~600) steps after the first.
-    steps = schedule.warmup + math.ceil(schedule.probe * 3 / schedule.probe_cost) \
-        + 2 * schedule.probe + 20
+    # (probe + 1) * 3 / probe_cost (~900) steps after the first.
+    steps = schedule.warmup + math.ceil(schedule.block * 3 / schedule.probe_cost) \
+        + 2 * schedule.block + 20
     iters = -(-steps // 3)  # synthetic.py: 3 batches per iteration, after 3 warm-up steps
     results = [run("none", args, os.path.join(scratch, "dense.json")),
                run("exdyna", args, os.path.join(scratch, "exdyna.json")),
@@ -180,10 +180,11 @@ def fallback_run(args, scratch):
              f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}): the wide model "
              f"({results[0]['parameters']:,} parameters, density {args.density}) across the "
              "two-host bed at 1 Gbit/s, one rank per host.  The fallback run times "
-             f"{3 * iters} steps after 3 warm-up ones, enough for its first two checks ({schedule.probe} sparse and "
-             f"{schedule.probe} dense timed steps each; the second comes "
-             f"{schedule.probe} |D - S| / ({schedule.probe_cost} min(D, S)) steps after the "
-             "first, D and S the dense and sparse step times).", "",
+             f"{3 * iters} steps after 3 warm-up ones, enough for its first two checks "
+             f"({schedule.block} sparse and {schedule.block} dense steps each, the first of "
+             f"each kind untimed; the second check comes {schedule.block} |D - S| / "
+             f"({schedule.probe_cost} min(D, S)) steps after the first, D and S the dense and "
+             "sparse step times).", "",
              "| run | total img/sec | vs dense | dense steps |", "|---|---:|---:|---:|"]
     for name, r in zip(("dense", "exdyna", "exdyna, fallback=auto"), results):
         lines.append(f"| {name} | {r['total_img_sec']:.1f} | {r['total_img_sec'] / dense:.2f}x "

@@ -33,25 +33,26 @@ def schedule(policy, steps, seconds, size=2):
 
 def test_dense_is_chosen_where_it_is_faster_and_rechecked():
     policy = AutoFallback(probe=2, recheck_every=10, probe_cost=0.5, warmup=1)
-    assert schedule(policy, 21, {"sparse": 2.0, "dense": 1.0}) == "s" + "ssDDDDDDDD" * 2
+    assert schedule(policy, 21, {"sparse": 2.0, "dense": 1.0}) == "s" + "sssDDDDDDD" * 2
 
 
 def test_sparse_stays_where_it_pays():
     policy = AutoFallback(probe=2, recheck_every=10, probe_cost=0.9, warmup=1)
-    assert schedule(policy, 21, {"sparse": 1.0, "dense": 5.0}) == "s" + "ssDDssssss" * 2
+    assert schedule(policy, 21, {"sparse": 1.0, "dense": 2.0}) == "s" + "sssDDDssss" * 2
 
 
-@pytest.mark.parametrize("seconds,check", [({"sparse": 3.0, "dense": 1.0}, 401),
-                                           ({"sparse": 1.0, "dense": 4.0}, 601),
-                                           ({"sparse": 1.0, "dense": 1.001}, 201)])
+@pytest.mark.parametrize("seconds,check", [({"sparse": 3.0, "dense": 1.0}, 610),
+                                           ({"sparse": 1.0, "dense": 4.0}, 910),
+                                           ({"sparse": 1.0, "dense": 1.001}, 210)])
 def test_a_clear_loser_is_probed_within_the_probe_cost(seconds, check):
-    """The next check is ``L = max(200, 2 |D - S| / (0.01 min(D, S)))`` steps after
-    the last one started: probing the losing kind costs 1 % of the time."""
+    """After 10 warm-up steps, the next check is ``L = max(200, 3 |D - S| / (0.01
+    min(D, S)))`` steps after the first started: probing the losing kind costs
+    1 % of the time."""
     policy = AutoFallback()
-    kinds = schedule(policy, check + 4, seconds)
+    kinds = schedule(policy, check + 6, seconds)
     winner = "D" if seconds["dense"] < seconds["sparse"] else "s"
     assert policy.check == check
-    assert kinds == "s" + "ssDD" + winner * (check - 5) + "ssDD"
+    assert kinds == "s" * 10 + "sssDDD" + winner * (check - 16) + "sssDDD"
 
 
 def test_one_slow_probe_step_does_not_decide():
@@ -59,7 +60,8 @@ def test_one_slow_probe_step_does_not_decide():
     shortest period: one dense probe held up 5x still loses to nothing."""
     policy = AutoFallback(probe=2, recheck_every=10, warmup=0)
     report = None
-    for seconds in [None, 2.0, 2.1, 5.0, 1.0]:  # (first), sparse, sparse, dense, dense
+    # (none), untimed sparse, sparse, sparse, untimed dense, dense, dense
+    for seconds in [None, 9.0, 2.0, 2.1, 9.0, 5.0, 1.0]:
         report = policy.begin_step(seconds)
     np.testing.assert_array_equal(report, [1.0, 2.0])
     policy.decide(2 * report, 2)

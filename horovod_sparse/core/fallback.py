@@ -4,31 +4,32 @@ Sparsification trades bandwidth for selection work and extra collective
 rounds.  On a fast link or a small model one allreduce of the whole gradient
 is quicker, and then a sparse step only makes training slower.  With
 ``fallback="auto"`` the compressor times both kinds of step and runs the
-faster.  After ``warmup`` untimed sparse steps (first-step set-up), each
-*check* runs::
+faster.  After ``warmup`` untimed sparse steps (the first steps' set-up, and
+ranks still starting), each *check* runs::
 
-    probe steps           sparse, timed
-    probe steps           dense, timed
-    at the next start     every rank reports its shortest period of each kind
-                          (one allreduce of two numbers); all decide alike
+    1 + probe steps       sparse; the first untimed
+    1 + probe steps       dense; the first untimed (it pays the switch: the
+                          residual sent, Horovod meeting new tensors)
+    at the next start     every rank reports its shortest timed period of
+                          each kind (one allreduce of two numbers); all
+                          decide alike
 
 and the faster kind runs until the next check.  A step's time is this rank's
 *period*, from the start of the step to the start of the next, so both kinds
 include the same forward and backward passes and a dense step that overlaps
 the backward pass is credited for it.  Each kind counts its shortest period,
 because a step is only ever slowed down by what else runs (another process on
-the core, the first dense step after sparse ones renegotiating Horovod's
-tensor sizes); the ranks' means ``D`` (dense) and ``S`` (sparse) decide:
-dense where ``D < S``.
+the core, a rank still catching up); the ranks' means ``D`` (dense) and ``S``
+(sparse) decide: dense where ``D < S``.
 
 The next check comes ``L`` steps after this one started, where ``L`` keeps
 probing the losing kind within ``probe_cost`` of the training time::
 
-    L = max(recheck_every, probe * |D - S| / (probe_cost * min(D, S)))
+    L = max(recheck_every, (1 + probe) |D - S| / (probe_cost min(D, S)))
 
 On the digits MLP at one host, where a sparse step costs 3-8 dense ones, the
-next check is 400-1,400 steps away; across a 1 Gbit/s link, where a dense
-step costs 4 sparse ones, ~630.  A close call re-checks after
+next check is 600-2,100 steps away; across a 1 Gbit/s link, where a dense
+step costs 4 sparse ones, ~900.  A close call re-checks after
 ``recheck_every`` steps.
 
 A dense step sends ``acc`` -- the gradient plus the residual (under momentum
@@ -80,19 +81,23 @@ class AutoFallback:
 
     Parameters
     ----------
-    probe : timed steps of each kind per check (default 2).
+    probe : timed steps of each kind per check (default 2), each kind's
+        block starting with one untimed step.
     recheck_every : fewest steps from one check to the next (default 200).
     probe_cost : the share of the training time probing may cost (default 0.01).
-    warmup : untimed sparse steps at the start (default 1).
+    warmup : untimed sparse steps at the start (default 10).
     """
 
-    def __init__(self, probe=2, recheck_every=200, probe_cost=0.01, warmup=1):
+    def __init__(self, probe=2, recheck_every=200, probe_cost=0.01, warmup=10):
         self.probe = check_positive_int("probe", probe)
         self.recheck_every = check_positive_int("recheck_every", recheck_every)
-        self.warmup = check_positive_int("warmup", warmup + 1) - 1  # 0 allowed
-        if self.recheck_every <= 2 * self.probe:
-            raise ValueError(f"recheck_every ({recheck_every}) must exceed 2 * probe "
-                             f"({2 * probe})")
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+        self.warmup = warmup
+        self.block = self.probe + 1  # steps of each kind per check
+        if self.recheck_every <= 2 * self.block:
+            raise ValueError(f"recheck_every ({recheck_every}) must exceed 2 * (probe + 1) "
+                             f"({2 * self.block})")
         if isinstance(probe_cost, bool) or not isinstance(probe_cost, (int, float)) \
                 or not 0 < probe_cost < 1:
             raise ValueError(f"probe_cost must be a number in (0, 1), got {probe_cost!r}")
@@ -108,9 +113,11 @@ class AutoFallback:
 
     def _kind_of(self, step):
         position = step - self.check
-        if step < self.warmup or not 0 <= position < 2 * self.probe:
-            return "sparse" if step < self.warmup else self.choice
-        return "sparse" if position < self.probe else "dense"
+        if step < self.warmup:
+            return "sparse"
+        if not 0 <= position < 2 * self.block:
+            return self.choice
+        return "sparse" if position < self.block else "dense"
 
     @property
     def kind(self):
@@ -123,10 +130,10 @@ class AutoFallback:
         this rank's report ``[shortest dense, shortest sparse period]``
         (float64 seconds) for the exchange to sum over the ranks."""
         position = self.step - self.check
-        if 0 <= position < 2 * self.probe:
+        if 0 <= position < 2 * self.block and position % self.block:  # a timed probe step
             self._periods[self._kind_of(self.step)].append(last_period)
         self.step += 1
-        if self.step - self.check != 2 * self.probe:
+        if self.step - self.check != 2 * self.block:
             return None
         report = np.array([min(self._periods["dense"]), min(self._periods["sparse"])])
         self._periods = {kind: [] for kind in KINDS}
@@ -137,7 +144,7 @@ class AutoFallback:
         the shorter; the next check ``L`` steps after this one's start."""
         dense, sparse = summed[0] / size, summed[1] / size
         self.choice = "dense" if dense < sparse else "sparse"
-        budget = self.probe * abs(dense - sparse) / (self.probe_cost * min(dense, sparse))
+        budget = self.block * abs(dense - sparse) / (self.probe_cost * min(dense, sparse))
         self.check += max(self.recheck_every, math.ceil(budget))
 
 

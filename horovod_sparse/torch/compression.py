@@ -208,8 +208,7 @@ class SparseCompressor(WholeModelCompressor):
         self._decompressed += 1
         if self._decompressed == len(self._recorded):
             plain, self._whole, self._outcome = self._whole == "plain", None, []
-            finite = all(bool(torch.isfinite(r).all()) for r in self._whole_results) \
-                if plain else None
+            finite = all_finite(self._whole_results) if plain else None
             try:
                 self._exchange.end_whole_step(finite)
             except HorovodSparseError:  # non-finite under "raise": alike on every rank
@@ -323,6 +322,13 @@ class SparseCompressor(WholeModelCompressor):
                             "torch.nn.Embedding(sparse=True)); horovod_sparse exchanges dense "
                             "gradients: pass sparse_as_dense=True to hvd.DistributedOptimizer, or "
                             "use a dense embedding")
+
+
+def all_finite(tensors):
+    """Whether every element of ``tensors`` is finite, in one check: a float64 sum
+    of each keeps any NaN or infinity and cannot overflow from finite float32
+    (or narrower) values."""
+    return bool(torch.isfinite(torch.stack([t.sum(dtype=torch.float64) for t in tensors])).all())
 
 
 def check_parameters(named_parameters, comm=None):
