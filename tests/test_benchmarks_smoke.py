@@ -125,6 +125,6 @@ def test_fallback_benchmark_quick():
     """Two epochs of the digits on 2 ranks: the method as it is and with fallback="auto",
     whose probe ends within the first epoch and then sends some steps densely."""
     out = horovodrun(2, "benchmarks/fallback.py", "--methods", "exdyna", "--epochs", 2,
-                     "--no-docs")
+                     "--repeats", 1, "--no-docs")
     shares = dict(re.findall(r"fallback=\s*(None|auto):.*dense steps (\d+)%", out))
     assert shares.get("None") == "0" and "auto" in shares, out[-2000:]

@@ -299,27 +299,24 @@ def test_density_outside_the_unit_interval_is_rejected(bad):
         create("exdyna", density=bad)
 
 
-def test_bad_configuration_names_the_parameter():
-    with pytest.raises(TypeError, match="density"):
-        create("topk", density="0.1")
-    with pytest.raises(ValueError, match="known methods"):
-        create("nope")
-    with pytest.raises(ValueError, match="variant"):
-        create("topk", variant="allgather")
-    with pytest.raises(ValueError, match="budget"):
-        create("deft", budget="greedy")
-    with pytest.raises(ValueError, match="initial_threshold"):
-        create("micro", initial_threshold="zero")
-    with pytest.raises(ValueError, match="allgather"):
-        create("exdyna", allgather="ring")
-    with pytest.raises(TypeError, match="rebalance"):
-        create("micro", rebalance="paper")
-    with pytest.raises(ValueError, match="threshold_control"):
-        create("exdyna", threshold_control="pid")
-    with pytest.raises(ValueError, match="rebalance"):
-        create("exdyna", rebalance="greedy")
-    with pytest.raises(ValueError, match="blocks"):
-        create("exdyna", blocks=0)
+@pytest.mark.parametrize("name,options,error,match", [
+    ("topk", {"density": "0.1"}, TypeError, "density"),
+    ("nope", {}, ValueError, "known methods"),
+    ("topk", {"variant": "allgather"}, ValueError, "variant"),
+    ("deft", {"budget": "greedy"}, ValueError, "budget"),
+    ("micro", {"initial_threshold": "zero"}, ValueError, "initial_threshold"),
+    ("exdyna", {"allgather": "ring"}, ValueError, "allgather"),
+    ("micro", {"rebalance": "paper"}, TypeError, "rebalance"),
+    ("exdyna", {"threshold_control": "pid"}, ValueError, "threshold_control"),
+    ("exdyna", {"rebalance": "greedy"}, ValueError, "rebalance"),
+    ("exdyna", {"blocks": 0}, ValueError, "blocks"),
+])
+def test_bad_configuration_names_the_parameter(name, options, error, match):
+    with pytest.raises(error, match=match):
+        create(name, **options)
+
+
+def test_bad_nonfinite_policy_is_named():
     with pytest.raises(ValueError, match="nonfinite"):
         GradientExchange(create("topk"), NumpyOps(), None, nonfinite="ignore")
 
