@@ -59,6 +59,8 @@ def trainer(args):
 
     def train_row(row):
         method, options = VARIANTS.get(row, (row, {}))
+        if options and args.framework == "tensorflow":
+            raise SystemExit(f"{row}: variant rows run on PyTorch only")
         return {**train(method, args.density, verbose=False, **options), "method": row}
     return hvd, train_row
 

@@ -177,12 +177,15 @@ def test_nan_on_one_rank_raises_everywhere_and_keeps_residuals(method):
             np.testing.assert_array_equal(failed.feedback.velocity, ok.feedback.velocity)
 
 
-def test_skip_policy_returns_zero_on_all_ranks():
+@pytest.mark.parametrize("method", ALL_METHODS)
+def test_skip_policy_returns_zero_on_all_ranks(method):
+    """An infinity on one rank only: every rank skips alike (none stops before the
+    header while the others wait in it)."""
     layout = layout_of(SHAPES)
     grads = [[dyadic_gradient(0, t, r) for t in range(2)] for r in range(2)]
     grads[0][1] = grads[0][1].copy()
     grads[0][1][3] = np.inf
-    results = _exchange_steps("exdyna", grads, [layout] * 2, nonfinite="skip")
+    results = _exchange_steps(method, grads, [layout] * 2, nonfinite="skip")
     for outputs, exchange in results:
         assert not outputs[1].any()
         assert exchange.history[-1].skipped

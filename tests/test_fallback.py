@@ -63,7 +63,7 @@ def test_one_slow_probe_step_does_not_decide():
     # (none), untimed sparse, sparse, sparse, untimed dense, dense, dense
     for seconds in [None, 9.0, 2.0, 2.1, 9.0, 5.0, 1.0]:
         report = policy.begin_step(seconds)
-    np.testing.assert_array_equal(report, [1.0, 2.0])
+    np.testing.assert_array_equal(report, [1_000_000, 2_000_000])  # microseconds
     policy.decide(2 * report, 2)
     assert policy.kind == "dense"
 

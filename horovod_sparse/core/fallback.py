@@ -11,8 +11,8 @@ ranks still starting), each *check* runs::
     1 + probe steps       dense; the first untimed (it pays the switch: the
                           residual sent, Horovod meeting new tensors)
     at the next start     every rank reports its shortest timed period of
-                          each kind (one allreduce of two numbers); all
-                          decide alike
+                          each kind in whole microseconds (one allreduce of
+                          two integers: exact in any order); all decide alike
 
 and the faster kind runs until the next check.  A step's time is this rank's
 *period*, from the start of the step to the start of the next, so both kinds
@@ -127,15 +127,16 @@ class AutoFallback:
     def begin_step(self, last_period):
         """A step starts; ``last_period``: this rank's period of the step before
         (seconds; ``None`` for the first).  Returns ``None``, or at a decision
-        this rank's report ``[shortest dense, shortest sparse period]``
-        (float64 seconds) for the exchange to sum over the ranks."""
+        this rank's report ``[shortest dense, shortest sparse period]`` (int64
+        microseconds) for the exchange to sum over the ranks."""
         position = self.step - self.check
         if 0 <= position < 2 * self.block and position % self.block:  # a timed probe step
             self._periods[self._kind_of(self.step)].append(last_period)
         self.step += 1
         if self.step - self.check != 2 * self.block:
             return None
-        report = np.array([min(self._periods["dense"]), min(self._periods["sparse"])])
+        report = np.rint(1e6 * np.array([min(self._periods["dense"]),
+                                         min(self._periods["sparse"])])).astype(np.int64)
         self._periods = {kind: [] for kind in KINDS}
         return report
 
@@ -144,7 +145,9 @@ class AutoFallback:
         the shorter; the next check ``L`` steps after this one's start."""
         dense, sparse = summed[0] / size, summed[1] / size
         self.choice = "dense" if dense < sparse else "sparse"
-        budget = self.block * abs(dense - sparse) / (self.probe_cost * min(dense, sparse))
+        shorter = min(dense, sparse)
+        budget = (self.block * abs(dense - sparse) / (self.probe_cost * shorter)
+                  if shorter > 0 else 0)
         self.check += max(self.recheck_every, math.ceil(budget))
 
 

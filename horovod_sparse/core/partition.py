@@ -50,8 +50,9 @@ class BlockPartition:
     also takes the ``n - num_blocks * block`` remainder elements.  Block size:
     ``floor(n / 1024)`` rounded down to a multiple of 32 (ExDyna); 32 for
     models under 32 Ki elements and 1 for models under ``32 P``.  ExDyna
-    (``exact_blocks``, the paper rule) has exactly 1024 blocks, so the
-    rounding can leave up to ``31 * 1024`` elements to the last partition,
+    (``exact_blocks``, the paper rule) has exactly ``target_blocks`` (1024)
+    blocks wherever the model has 32 Ki elements or more, so the rounding can
+    leave up to ``31 * 1024`` elements to the last partition,
     beyond the reach of rebalancing (23 % of an 85 K-parameter model); ours
     uses ``floor(n / block)`` blocks so the remainder stays under one block.
     Every partition keeps at least ``min_blocks`` blocks: ExDyna's

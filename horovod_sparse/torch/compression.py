@@ -98,9 +98,9 @@ class SparseCompressor(WholeModelCompressor):
         instead of sparsified; density is then counted over the sparsified part
         (``overall_density`` counts both).
     fallback : ``"auto"`` times sparse and dense steps and runs the faster,
-        re-checking at least every 200 steps and probing the slower kind within
-        1 % of the training time (``core.fallback``); ``None`` (default)
-        always runs the method.
+        re-checking now and then (checks at least 200 steps apart, the slower
+        kind probed within 1 % of the training time; ``core.fallback``);
+        ``None`` (default) always runs the method.
 
     Metrics (``metrics()``, ``history``, ``summary()``) and checkpoint state
     (``state_dict(all_ranks=False)``, ``load_state_dict``) come from
@@ -325,10 +325,13 @@ class SparseCompressor(WholeModelCompressor):
 
 
 def all_finite(tensors):
-    """Whether every element of ``tensors`` is finite, in one check: a float64 sum
-    of each keeps any NaN or infinity and cannot overflow from finite float32
-    (or narrower) values."""
-    return bool(torch.isfinite(torch.stack([t.sum(dtype=torch.float64) for t in tensors])).all())
+    """Whether every element of ``tensors`` is finite.  Fast path: a float64 sum of
+    each keeps any NaN or infinity and cannot overflow from finite float32 (or
+    narrower) values; only a non-finite sum (or float64 gradients overflowing
+    it) pays for the element-wise check."""
+    sums = [t.sum(dtype=torch.float64) for t in tensors]
+    return (all(bool(torch.isfinite(s)) for s in sums)
+            or all(bool(torch.isfinite(t).all()) for t in tensors))
 
 
 def check_parameters(named_parameters, comm=None):

@@ -124,7 +124,10 @@ class DEFT(Sparsifier):
         sizes = np.array([stop - start for start, stop in segments], dtype=np.int64)
         leader = step % size
         with context.timed_selection():
-            budgets = BUDGETS[self.budget](np.sqrt(ops.segment_sq_norms(acc, segments)), sizes, k)
+            norms = np.sqrt(ops.segment_sq_norms(acc, segments))
+            if not np.isfinite(norms).all():  # the header rejects this step on every rank
+                norms = np.zeros_like(norms)
+            budgets = BUDGETS[self.budget](norms, sizes, k)
             mine = deft_assignment(budgets, sizes, size) if rank == leader else np.zeros(
                 len(segments), dtype=np.int64)
         assignment = context.exchange_header(*mine)[leader]

@@ -27,8 +27,9 @@ equal-size NCCL allgather: imbalance then costs traffic); ExDyna's
 partition keeps (default: ExDyna's ``blocks / (4P)`` with ``"paper"``, 1
 with ``"proportional"``, whose data-driven cuts need the room: with
 ExDyna's floor a hot region narrower than ``(P-1)/(4P)`` of the model
-cannot be split evenly).  All four ``"paper"`` settings together run the
-released code's arithmetic (``core.threshold``, ``core.partition``).
+cannot be split evenly).  ``threshold_control``, ``initial_threshold`` and
+(ExDyna) ``rebalance`` set to ``"paper"``, with ``allgather="padded"``, run
+the released code's arithmetic (``core.threshold``, ``core.partition``).
 """
 
 import numpy as np
