@@ -130,19 +130,17 @@ class BlockPartition:
             return edges
         for j in range(self.size - 1):
             left, right = loads[j] / mean, loads[j + 1] / mean
-            if left > 1.05 and right < 0.95238:
-                if blocks[j] - 1 >= self.min_blocks:
-                    edges[j + 1] -= 1
-                    blocks[j] -= 1
-                    blocks[j + 1] += 1
-                    loads[j] -= shift
-                    loads[j + 1] += shift
+            if left > 1.05 and right < 0.95238 and blocks[j] - 1 >= self.min_blocks:
+                move = -1  # the boundary moves left: a block to partition j + 1
             elif left < 0.95238 and right > 1.05 and blocks[j + 1] - 1 >= self.min_blocks:
-                edges[j + 1] += 1
-                blocks[j] += 1
-                blocks[j + 1] -= 1
-                loads[j] += shift
-                loads[j + 1] -= shift
+                move = 1
+            else:
+                continue
+            edges[j + 1] += move
+            blocks[j] += move
+            blocks[j + 1] -= move
+            loads[j] += move * shift
+            loads[j + 1] -= move * shift
         return edges
 
     def _proportional(self, loads, total):

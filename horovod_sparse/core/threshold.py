@@ -61,7 +61,8 @@ INITIAL_THRESHOLDS = ("estimate", "paper")
 
 
 def paper_initial_threshold(k):
-    """MiCRO/ExDyna's released first threshold, ``1 / (2 sqrt(k))``."""
+    """MiCRO/ExDyna's released first threshold, ``1 / (2 sqrt(k))`` (also the
+    hard-threshold baseline's fixed one)."""
     return 1.0 / (2.0 * math.sqrt(k))
 
 

@@ -208,7 +208,8 @@ class SparseCompressor(WholeModelCompressor):
         self._decompressed += 1
         if self._decompressed == len(self._recorded):
             plain, self._whole, self._outcome = self._whole == "plain", None, []
-            finite = all_finite(self._whole_results) if plain else None
+            ops = self._exchange.ops
+            finite = all(ops.all_finite(r) for r in self._whole_results) if plain else None
             try:
                 self._exchange.end_whole_step(finite)
             except HorovodSparseError:  # non-finite under "raise": alike on every rank
@@ -322,16 +323,6 @@ class SparseCompressor(WholeModelCompressor):
                             "torch.nn.Embedding(sparse=True)); horovod_sparse exchanges dense "
                             "gradients: pass sparse_as_dense=True to hvd.DistributedOptimizer, or "
                             "use a dense embedding")
-
-
-def all_finite(tensors):
-    """Whether every element of ``tensors`` is finite.  Fast path: a float64 sum of
-    each keeps any NaN or infinity and cannot overflow from finite float32 (or
-    narrower) values; only a non-finite sum (or float64 gradients overflowing
-    it) pays for the element-wise check."""
-    sums = [t.sum(dtype=torch.float64) for t in tensors]
-    return (all(bool(torch.isfinite(s)) for s in sums)
-            or all(bool(torch.isfinite(t).all()) for t in tensors))
 
 
 def check_parameters(named_parameters, comm=None):

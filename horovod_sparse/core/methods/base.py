@@ -92,6 +92,13 @@ def average_gathered(context, indices, values, counts):
     return aggregate, gathered
 
 
+def check_choice(name, value, choices):
+    """``value`` if it is one of ``choices``, else a ValueError naming ``name``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
 def check_seed(seed):
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise TypeError(f"seed must be a non-negative integer, got {seed!r}")

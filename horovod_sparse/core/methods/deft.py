@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from .base import Sparsifier, average_disjoint, step_metrics
+from .base import Sparsifier, average_disjoint, check_choice, step_metrics
 
 COMMON = -1
 
@@ -113,9 +113,7 @@ class DEFT(Sparsifier):
 
     def __init__(self, density=0.001, budget="exact"):
         super().__init__(density)
-        if budget not in BUDGETS:
-            raise ValueError(f"budget must be one of {sorted(BUDGETS)}, got {budget!r}")
-        self.budget = budget
+        self.budget = check_choice("budget", budget, BUDGETS)
 
     def exchange(self, acc, context):
         ops, layout = context.ops, context.layout

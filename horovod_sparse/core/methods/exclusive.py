@@ -37,7 +37,7 @@ import numpy as np
 from ..partition import BlockPartition, even_bounds, owned_partition, owner_of
 from ..threshold import INITIAL_THRESHOLDS, initial_threshold, make_control, \
     paper_initial_threshold
-from .base import Sparsifier, allgather_padded, average_disjoint, step_metrics
+from .base import Sparsifier, allgather_padded, average_disjoint, check_choice, step_metrics
 
 ALLGATHERS = ("exact", "padded")
 
@@ -61,12 +61,9 @@ class ExclusivePartitionSparsifier(Sparsifier):
                  allgather="exact"):
         super().__init__(density)
         self.control = make_control(threshold_control)
-        if initial_threshold not in INITIAL_THRESHOLDS:
-            raise ValueError(f"initial_threshold must be one of {INITIAL_THRESHOLDS}, "
-                             f"got {initial_threshold!r}")
-        if allgather not in ALLGATHERS:
-            raise ValueError(f"allgather must be one of {ALLGATHERS}, got {allgather!r}")
-        self.initial_threshold, self.allgather = initial_threshold, allgather
+        self.initial_threshold = check_choice("initial_threshold", initial_threshold,
+                                              INITIAL_THRESHOLDS)
+        self.allgather = check_choice("allgather", allgather, ALLGATHERS)
         self.threshold = None
         self.last_counts = None  # k_i of the last completed step ...
         self.last_step = None    # ... and which step that was

@@ -8,8 +8,7 @@ allgather the index lists, take their union ``U``, allreduce every rank's
 ``O(n)``; the density is *not* controlled (it follows the gradient scale).
 """
 
-import math
-
+from ..threshold import paper_initial_threshold
 from .base import Sparsifier, average_disjoint, check_positive, step_metrics
 
 
@@ -21,7 +20,7 @@ class HardThreshold(Sparsifier):
         self.threshold = check_positive("threshold", threshold, allow_none=True)
 
     def threshold_for(self, k):
-        return self.threshold if self.threshold is not None else 1.0 / (2.0 * math.sqrt(k))
+        return self.threshold if self.threshold is not None else paper_initial_threshold(k)
 
     def exchange(self, acc, context):
         ops, n = context.ops, context.layout.n

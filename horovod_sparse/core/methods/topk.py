@@ -19,7 +19,7 @@ of two variants:
 Selection ``O(n log k)``; build-up up to ``P`` (``|U|`` up to ``Pk``).
 """
 
-from .base import Sparsifier, average_disjoint, average_gathered, step_metrics
+from .base import Sparsifier, average_disjoint, average_gathered, check_choice, step_metrics
 
 VARIANTS = ("gather", "union")
 
@@ -29,9 +29,7 @@ class TopK(Sparsifier):
 
     def __init__(self, density=0.001, variant="gather"):
         super().__init__(density)
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-        self.variant = variant
+        self.variant = check_choice("variant", variant, VARIANTS)
 
     def exchange(self, acc, context):
         ops, n = context.ops, context.layout.n
