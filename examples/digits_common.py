@@ -26,6 +26,9 @@ def sparse_summary(history):
     """Density, density error, bytes and build-up over a compressor's steps
     (the first 5 left out: thresholds settle there)."""
     late = [m for m in history[5:] if not m.skipped]
+    if not late:  # Horovod calls no compressor in a one-process job: nothing was exchanged
+        return dict(exchanges=len(history), note="no sparse exchange measured: a one-process "
+                    "job exchanges nothing (launch with horovodrun -np 2 or more)")
     errors = np.array([m.density_error for m in late])
     return dict(density=float(np.mean([m.density for m in late])),
                 overall_density=float(np.mean([m.overall_density for m in late])),

@@ -132,3 +132,15 @@ def test_accumulate_of_a_float16_gradient_falls_back_to_numpy():
     acc = np.empty(999, np.float32)
     assert kernels.accumulate(acc, residual, grad) is True
     assert np.array_equal(acc, residual + grad)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("bad", [None, np.nan, np.inf, -np.inf, "largest"])
+def test_all_finite_is_isfinite_all(dtype, bad):
+    x = np.random.default_rng(0).standard_normal(1000).astype(dtype)
+    if bad == "largest":
+        x[-1] = np.finfo(dtype).max  # finite: the exponent is not all ones
+    elif bad is not None:
+        x[417] = bad
+    assert kernels.all_finite(x) == bool(np.isfinite(x).all())
+    assert kernels.all_finite(x.reshape(10, 100)) == bool(np.isfinite(x).all())

@@ -390,15 +390,25 @@ class GradientExchange:
         after an earlier whole step and no velocity moves: the framework then
         sends the gradients as they are (a plain dense step) and
         :meth:`whole_gradient` is not called."""
-        split = self.split(layout)
-        if self._flushed and not self.sparsifier.momentum:
-            self._whole = (split, None, frozenset(held))
+        if self.begin_plain_step(layout):
             return False
+        split = self.split(layout)
         aggregate = self._output(layout, like)
         self.ops.fill_zero(aggregate)
         self.feedback.begin_whole(split.sparse_layout, split.held_in(split.sparse, held), like)
         self.dense.begin_whole(split.dense_layout, split.held_in(split.dense, held), like)
         self._whole = (split, aggregate, frozenset(held))
+        return True
+
+    def begin_plain_step(self, layout):
+        """Start a *plain* dense step if there is nothing to add to the gradients
+        (the residual is empty after an earlier whole step and no velocity moves):
+        the framework sends them as they are, and :meth:`end_whole_step` ends the
+        step.  Returns whether it started one; a held gradient sends what the
+        framework hands it, as ``hvd.Compression.none`` would."""
+        if not self._flushed or self.sparsifier.momentum:
+            return False
+        self._whole = (self.split(layout), None, frozenset())
         return True
 
     def whole_gradient(self, position, grad):

@@ -7,6 +7,9 @@ kernels keep each phase at one pass:
 * :func:`accumulate` forms ``acc = residual + scale * grad`` (or, under
   momentum correction, ``u = m u + scale * grad``, ``acc = residual + u``)
   and checks that every result is finite in the same pass;
+* :func:`all_finite` checks a vector with one read of its exponent bits, on
+  one thread: torch's and numpy's reductions wake a thread pool or allocate,
+  which on a small model's step costs more than the read;
 * :func:`abs_ge_indices` finds ``|x_i| >= t`` with one vectorized read: it
   counts the hits of each 64-element block, and only a block with a hit
   (still in L1) is read again to write its indices.
@@ -98,6 +101,20 @@ if numba is not None:
                 count += 1
         return out[:count].copy()
 
+    @_jit_counting
+    def _compiled_nonfinite32(bits):
+        count = 0
+        for i in range(bits.size):  # exponent all ones: inf or NaN
+            count += (bits[i] & 0x7F800000) == 0x7F800000
+        return count
+
+    @_jit_counting
+    def _compiled_nonfinite64(bits):
+        count = 0
+        for i in range(bits.size):
+            count += (bits[i] & 0x7FF0000000000000) == 0x7FF0000000000000
+        return count
+
     @_jit
     def _compiled_accumulate(acc, residual, grad, scale):
         bits = acc.view(np.int32)
@@ -129,6 +146,15 @@ def abs_ge_indices(x, threshold, start, stop):
     if numba is None or x.dtype not in _COMPILED_DTYPES or stop - start <= 0:
         return _numpy_abs_ge_indices(x, threshold, start, stop)
     return _compiled_abs_ge_indices(x, threshold, start, stop)
+
+
+def all_finite(x):
+    """Whether every element of the vector ``x`` is finite."""
+    if numba is None or x.dtype not in _COMPILED_DTYPES or not x.flags.c_contiguous:
+        return bool(np.isfinite(x).all())
+    if x.dtype == np.float32:
+        return _compiled_nonfinite32(x.reshape(-1).view(np.int32)) == 0
+    return _compiled_nonfinite64(x.reshape(-1).view(np.int64)) == 0
 
 
 def accumulate(acc, residual, grad, scale=1.0, velocity_new=None, velocity_old=None,

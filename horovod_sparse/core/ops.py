@@ -242,7 +242,7 @@ class NumpyOps(ArrayOps):
         x.fill(0)
 
     def all_finite(self, x):
-        return bool(np.isfinite(x).all())
+        return kernels.all_finite(x)
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
                          momentum=0.0):

@@ -76,6 +76,9 @@ class _Slot:
         self.index = index
 
 
+_PLAIN = _Slot(None)  # the context of every gradient of a plain dense step
+
+
 class SparseCompressor(WholeModelCompressor):
     """A stateful Horovod compressor; use one instance per ``DistributedOptimizer``.
 
@@ -117,11 +120,12 @@ class SparseCompressor(WholeModelCompressor):
         self._positions = None       # parameter -> position in _parameters
         self._optimizer = None       # Horovod's DistributedOptimizer, when it is the caller
         self._by_gradient = {}       # outside an optimizer: id(p.grad) -> position
-        self._recorded = []          # _Gradient per compress call this step
+        self._recorded = []          # _Gradient per compress call this step (plain: the tensor)
         self._outcome = None         # the step's aggregates, or the error every rank raises
         self._decompressed = 0
         self._whole = None           # a dense fallback step's kind: "whole" or "plain" (below)
         self._whole_results = []     # its decompressed gradients
+        self._plain_finite = True    # a plain dense step's results so far are finite
         self._whole_index = (None, {})  # (layout, gradient name -> position in it)
 
     # -- Horovod's Compressor interface ---------------------------------------
@@ -134,8 +138,8 @@ class SparseCompressor(WholeModelCompressor):
             self.follow_world()
             self._whole = self._whole_step_begins()
         if self._whole == "plain":  # a dense step with nothing to add: the gradient itself
-            self._recorded.append(_Gradient(None, None, tensor))
-            return tensor, _Slot(len(self._recorded) - 1)
+            self._recorded.append(tensor)
+            return tensor, _PLAIN
         gradient = self._identify(tensor)
         self._recorded.append(gradient)
         slot = _Slot(len(self._recorded) - 1)
@@ -147,6 +151,8 @@ class SparseCompressor(WholeModelCompressor):
     def decompress(self, tensor, ctx):
         if ctx is None:
             return tensor
+        if ctx is _PLAIN:
+            return self._plain_result(tensor)
         if self._whole:
             return self._whole_result(tensor, ctx)
         if self._outcome is None:
@@ -184,6 +190,9 @@ class SparseCompressor(WholeModelCompressor):
             return None  # local clipping needs the whole gradient: DenseStep in the exchange
         if self._check_every and exchange.step_count % self._check_every == 0:
             check_parameters(self._parameters, self.comm)
+        self._whole_results, self._plain_finite = [], True
+        if exchange.begin_plain_step(self.layout):
+            return "plain"
         if self._whole_index[0] is not self.layout:  # once per layout
             self._whole_index = (self.layout,
                                  {name: i for i, name in enumerate(self.layout.names)})
@@ -191,8 +200,8 @@ class SparseCompressor(WholeModelCompressor):
         held = tuple(index[name] for name, p in self._parameters
                      if name in index and not p.requires_grad)
         like = next(p for _, p in self._parameters if p.is_floating_point())
-        self._whole_results = []
-        return "whole" if exchange.begin_whole_step(self.layout, held, like) else "plain"
+        exchange.begin_whole_step(self.layout, held, like)
+        return "whole"
 
     def _send_whole(self, gradient):
         position = self._whole_index[1][gradient.name]
@@ -205,20 +214,31 @@ class SparseCompressor(WholeModelCompressor):
         gradient = self._recorded[ctx.index].tensor
         result = tensor.view(gradient.shape).to(gradient.dtype)
         self._whole_results.append(result)
-        self._decompressed += 1
-        if self._decompressed == len(self._recorded):
-            plain, self._whole, self._outcome = self._whole == "plain", None, []
-            ops = self._exchange.ops
-            finite = all(ops.all_finite(r) for r in self._whole_results) if plain else None
-            try:
-                self._exchange.end_whole_step(finite)
-            except HorovodSparseError:  # non-finite under "raise": alike on every rank
-                release_pending(self._optimizer)
-                raise
-            if self._exchange.metrics.skipped and self._exchange.nonfinite == "skip":
-                for returned in self._whole_results:  # copies, where the dtype differs
-                    returned.zero_()
+        if len(self._whole_results) == len(self._recorded):
+            self._end_whole_step(finite=None)  # the exchange checks its output buffer
         return result
+
+    def _plain_result(self, tensor):
+        """Horovod's allreduce of a gradient as it is (in place); the last one ends the
+        step.  Kept to a list append: on a small model a few hundred microseconds a
+        step cost a whole Horovod cycle (``HOROVOD_CYCLE_TIME``)."""
+        results = self._whole_results
+        results.append(tensor)
+        self._plain_finite = self._plain_finite and self._exchange.ops.all_finite(tensor)
+        if len(results) == len(self._recorded):
+            self._end_whole_step(self._plain_finite)
+        return tensor
+
+    def _end_whole_step(self, finite):
+        self._whole, self._outcome = None, []
+        try:
+            self._exchange.end_whole_step(finite)
+        except HorovodSparseError:  # non-finite under "raise": alike on every rank
+            release_pending(self._optimizer)
+            raise
+        if self._exchange.metrics.skipped and self._exchange.nonfinite == "skip":
+            for returned in self._whole_results:  # copies, where the dtype differs
+                returned.zero_()
 
     # -- which gradient is this? ------------------------------------------------
     def _identify(self, tensor):
