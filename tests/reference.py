@@ -513,6 +513,116 @@ def dgc(grads, density, momentum=0.9, sample_ratio=0.01, overshoot=1.3, clip_nor
     return records
 
 
+def dgc_sampling(numel, d, sample_ratio):
+    """The released DGC compressor's ``initialize``, line for line: (elements to
+    select, samples, sample rank of the threshold, stride)."""
+    sample_ratio = min(max(sample_ratio, 0.01), 1.0)
+    if sample_ratio < 1.0:
+        pct_numel = int(math.ceil(numel * sample_ratio))
+        cpr_numel = int(math.ceil(2 / d))
+        if numel <= cpr_numel:
+            sample_stride, num_samples = 1, numel
+        else:
+            sample_stride = int(math.ceil(numel / max(pct_numel, cpr_numel) / 32)) * 32 + 1
+            num_samples = numel // sample_stride
+            while num_samples < max(pct_numel, cpr_numel):
+                sample_stride = sample_stride - 8
+                num_samples = numel // sample_stride
+    else:
+        sample_stride, num_samples = 1, numel
+    return (int(math.ceil(numel * d)), num_samples, int(math.ceil(num_samples * d)),
+            sample_stride)
+
+
+def dgc_paper(grads, density, shapes, momentum=0.9, sample_ratio=0.01, overshoot=1.3,
+              warmup_steps=0, warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0):
+    """``dgc(variant="paper")``: the released compressor per tensor of more than one
+    dimension; 1-D tensors averaged densely (velocities under momentum).  The
+    aggregate is in model order; residuals and velocities hold the compressed
+    tensors only."""
+    P = len(grads[0])
+    bounds, offset = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape))
+        bounds.append((offset, offset + size, len(shape) > 1))
+        offset += size
+    compressed = [(a, b) for a, b, many in bounds if many]
+    dense = [(a, b) for a, b, many in bounds if not many]
+    n_sparse = sum(b - a for a, b in compressed)
+    n_dense = sum(b - a for a, b in dense)
+    velocities = [np.zeros(n_sparse, np.float32) for _ in range(P)]
+    dense_velocities = [np.zeros(n_dense, np.float32) for _ in range(P)]
+    residuals = [np.zeros(n_sparse, np.float32) for _ in range(P)]
+    records = []
+    for t, step_grads in enumerate(grads):
+        d = density
+        if warmup_steps and t < warmup_steps * len(warmup_densities):
+            d = max(density, warmup_densities[t // warmup_steps])
+        sparse_grads = [np.concatenate([g[a:b] for a, b in compressed]) for g in step_grads]
+        dense_grads = [np.concatenate([g[a:b] for a, b in dense] or [np.zeros(0, np.float32)])
+                       for g in step_grads]
+        if momentum:
+            velocities = [np.float32(momentum) * u + g for u, g in zip(velocities, sparse_grads)]
+            dense_velocities = [np.float32(momentum) * u + g
+                                for u, g in zip(dense_velocities, dense_grads)]
+            accs = [v + u for v, u in zip(residuals, velocities)]
+            sent_dense = dense_velocities
+        else:
+            accs = [v + g for v, g in zip(residuals, sparse_grads)]
+            sent_dense = dense_grads
+        selections = []
+        for r, acc in enumerate(accs):
+            chosen, start = [], 0
+            for position, (a, b) in enumerate(compressed):
+                numel = b - a
+                k, num_samples, k_samples, stride = dgc_sampling(numel, d, sample_ratio)
+                tensor = [abs(float(acc[start + i])) for i in range(numel)]
+                if num_samples == numel:
+                    samples = tensor
+                else:
+                    first = int(np.random.default_rng([seed, t, r, position]).integers(0, stride))
+                    samples = tensor[first::stride]
+                threshold = np.float32(sorted(samples, reverse=True)[k_samples - 1])
+                picked = [i for i in range(numel) if tensor[i] >= threshold]
+                if numel > num_samples:
+                    for _ in range(10):
+                        if len(picked) > k:
+                            if len(picked) > k * overshoot:
+                                picked = sorted(sorted(picked, key=lambda i: (-tensor[i], i))[:k])
+                            break
+                        if len(picked) < 0.8 * k:
+                            threshold = np.float32(threshold * np.float32(0.8))
+                        else:
+                            break
+                        picked = [i for i in range(numel) if tensor[i] >= threshold]
+                chosen += [start + i for i in picked[:k]]
+                start += numel
+            selections.append(chosen)
+        sparse_aggregate = np.zeros(n_sparse, np.float32)
+        for acc, chosen in zip(accs, selections):
+            for i in chosen:
+                sparse_aggregate[i] = np.float32(sparse_aggregate[i] + acc[i] / np.float32(P))
+        total = sent_dense[0].copy()
+        for u in sent_dense[1:]:
+            total = total + u
+        dense_aggregate = total / np.float32(P)
+        aggregate = np.zeros(offset, np.float32)
+        for part, runs in ((sparse_aggregate, compressed), (dense_aggregate, dense)):
+            start = 0
+            for a, b in runs:
+                aggregate[a:b] = part[start:start + b - a]
+                start += b - a
+        for r, chosen in enumerate(selections):
+            accs[r][chosen] = 0
+            if momentum:
+                velocities[r][chosen] = 0
+        residuals = accs
+        nnz = len(set(i for chosen in selections for i in chosen))
+        records.append(_record(aggregate, residuals, counts=[len(c) for c in selections],
+                               nnz=nnz, **_velocities(momentum, velocities)))
+    return records
+
+
 def gssgd(grads, density, rows=5, columns=None, candidates=4, momentum=0.9, seed=0):
     P, n = len(grads[0]), grads[0][0].size
     k = min(k_of(density, n), n)
@@ -570,7 +680,13 @@ def gssgd(grads, density, rows=5, columns=None, candidates=4, momentum=0.9, seed
     return records
 
 
-def run(method, grads, density, sizes, **options):
+def run(method, grads, density, shapes, **options):
+    """The reference of ``method`` with the core's keyword arguments; ``shapes``:
+    the model's tensor shapes, in the flat vector's order."""
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    if method == "dgc" and options.get("variant") == "paper":
+        return dgc_paper(grads, density, shapes,
+                         **{key: value for key, value in options.items() if key != "variant"})
     if method == "topk":
         return topk(grads, density, **options)
     if method in ("micro", "exdyna"):

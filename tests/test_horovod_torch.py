@@ -32,7 +32,7 @@ def _check(out, size, cases, skew=False):
         order = list(np.load(out / f"case{index}.rank0.npz")["order"][0])
         options = {key: value for key, value in options.items() if key != "unnamed"}
         shapes = [SHAPES[i] for i in order]
-        expected = reference.run(method, _reordered(grads, order), DENSITY, sizes(shapes), **options)
+        expected = reference.run(method, _reordered(grads, order), DENSITY, shapes, **options)
         for rank in range(size):
             got = np.load(out / f"case{index}.rank{rank}.npz")
             assert (got["order"] == order).all(), "every rank and step flattens alike"

@@ -289,7 +289,8 @@ class GradientExchange:
         """``layout`` split into the sparsified and the dense gradients (see
         ``core.dense_part``); its ``output_bounds`` locate each gradient in a step's output."""
         if self._split is None or self._split.layout != layout:
-            self._split = Split(layout, dense_positions(layout, self.dense_below, self.dense_1d))
+            self._split = Split(layout, dense_positions(layout, self.dense_below,
+                                                        self.dense_1d or self.sparsifier.dense_1d))
         return self._split
 
     @property

@@ -25,7 +25,8 @@ def main():
                 "velocity": []}
         for step in range(steps):
             flat = dyadic_gradient(seed, step, comm.rank)
-            record = record_of(exchange, exchange.step([flat[s:e] for s, e in layout.bounds], layout))
+            record = record_of(exchange, exchange.step([flat[s:e] for s, e in layout.bounds], layout),
+                               layout)
             for key in rows:
                 rows[key].append(record.get(key, []))
         np.savez(os.path.join(out, f"case{index}.rank{comm.rank}.npz"),

@@ -27,13 +27,16 @@ class Sparsifier:
     ``context.exchange_header`` (the context refuses any other before it);
     it changes its own state only after the header.
 
-    ``momentum`` (> 0 turns on momentum correction in the error feedback) and
-    ``clip_norm`` (local gradient clipping) are read by the driver.
+    ``momentum`` (> 0 turns on momentum correction in the error feedback),
+    ``clip_norm`` (local gradient clipping) and ``dense_1d`` (every
+    one-dimensional gradient sent densely, beside the user's ``dense_1d``)
+    are read by the driver.
     """
 
     name = None
     momentum = 0.0
     clip_norm = None
+    dense_1d = False
 
     def __init__(self, density=0.001):
         self.density = check_density(density)

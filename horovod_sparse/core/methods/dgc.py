@@ -19,14 +19,57 @@ Sparsity warm-up: with ``warmup_steps = s > 0`` the density is
 Selection ``O(n)`` plus a top-k of the overshoot; traffic ``2k`` sent and
 ``2k(P-1)`` received; build-up up to ``P``.  With ``momentum > 0`` the
 optimizer itself must not add momentum again (use plain SGD).
+
+``variant="paper"`` runs the authors' released compressor
+(synxlin/deep-gradient-compression) instead of one threshold for the model:
+
+* every tensor of more than one dimension is compressed on its own, with
+  ``k_T = ceil(d numel)``; one-dimensional tensors (biases, norm scales) are
+  averaged densely (the exchange's dense part: their velocity ``u = m u + g``
+  is averaged, which is the released code's momentum applied after the
+  average, by linearity);
+* samples: every ``s``-th ``|acc|`` from a random start in ``[0, s)``, at
+  least ``max(ceil(max(sample_ratio, 1 %) numel), ceil(2 / d))`` of them
+  (:func:`sample_plan`; a tensor of at most ``ceil(2 / d)`` elements is read
+  whole); the threshold is their ``ceil(d * samples)``-th largest;
+* above ``overshoot * k_T`` selected: the exact top-``k_T`` of the selection;
+  below ``0.8 k_T``: the threshold times 0.8 and select again, at most 10
+  times; then the first ``k_T`` selected by index.
+
+Ties of the exact top-``k_T`` go to the lower index (the released code's
+``torch.topk`` leaves them unspecified), and the random start comes from
+``default_rng([seed, t, rank, tensor])``.
 """
 
 import math
 
 import numpy as np
 
-from .base import (Sparsifier, check_momentum, average_gathered, check_density, check_positive, check_seed,
-                   step_metrics)
+from .base import (Sparsifier, average_gathered, check_choice, check_density, check_momentum,
+                   check_positive, check_seed, step_metrics)
+
+VARIANTS = ("model", "paper")
+# The released code's sampling and undershoot rule (variant="paper").
+PAPER_MIN_SAMPLE_RATIO = 0.01
+PAPER_UNDERSHOOT = 0.8
+PAPER_ADAPTATIONS = 10
+
+
+def sample_plan(numel, density, sample_ratio):
+    """The released code's sampling of one tensor: ``(k_T, samples, k_samples,
+    stride)`` -- the elements to select, how many samples, the sample rank of the
+    threshold and the stride between samples."""
+    ratio = min(max(sample_ratio, PAPER_MIN_SAMPLE_RATIO), 1.0)
+    stride, samples = 1, numel
+    if ratio < 1.0:
+        wanted = max(math.ceil(numel * ratio), math.ceil(2 / density))
+        if numel > math.ceil(2 / density):
+            stride = math.ceil(numel / wanted / 32) * 32 + 1
+            samples = numel // stride
+            while samples < wanted:
+                stride -= 8
+                samples = numel // stride
+    return math.ceil(numel * density), samples, math.ceil(samples * density), stride
 
 
 class DGC(Sparsifier):
@@ -34,8 +77,10 @@ class DGC(Sparsifier):
 
     def __init__(self, density=0.001, momentum=0.9, sample_ratio=0.01, overshoot=1.3,
                  clip_norm=None, warmup_steps=0,
-                 warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0):
+                 warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0, variant="model"):
         super().__init__(density)
+        self.variant = check_choice("variant", variant, VARIANTS)
+        self.dense_1d = variant == "paper"  # the exchange sends 1-D tensors densely
         self.momentum = check_momentum(momentum)
         self.sample_ratio = check_positive("sample_ratio", sample_ratio, upper=1.0)
         self.overshoot = check_positive("overshoot", overshoot)
@@ -55,6 +100,8 @@ class DGC(Sparsifier):
         return self.density
 
     def exchange(self, acc, context):
+        if self.variant == "paper":
+            return self.exchange_per_tensor(acc, context)
         ops, n = context.ops, context.layout.n
         density = self.density_at(context.step)
         k = max(1, math.floor(density * n))
@@ -68,6 +115,42 @@ class DGC(Sparsifier):
         counts = context.exchange_header(len(indices))[:, 0]
         aggregate, gathered = average_gathered(context, indices, values, counts)
         return aggregate, step_metrics(context, k, counts, ops.count_unique(gathered), threshold)
+
+    def exchange_per_tensor(self, acc, context):
+        """``variant="paper"``: each tensor selected on its own (see the module text)."""
+        ops, layout = context.ops, context.layout
+        density = self.density_at(context.step)
+        with context.timed_selection():
+            picks = [self.select_tensor(acc, start, stop, density,
+                                        np.random.default_rng([self.seed, context.step,
+                                                               context.rank, position]), ops)
+                     for position, (start, stop) in enumerate(layout.bounds)]
+            indices = ops.concat(picks) if picks else ops.arange(0, 0, acc)
+            values = ops.take(acc, indices)
+        counts = context.exchange_header(len(indices))[:, 0]
+        aggregate, gathered = average_gathered(context, indices, values, counts)
+        k = sum(sample_plan(stop - start, density, self.sample_ratio)[0]
+                for start, stop in layout.bounds)
+        return aggregate, step_metrics(context, k, counts, ops.count_unique(gathered))
+
+    def select_tensor(self, acc, start, stop, density, rng, ops):
+        """The released code's selection in ``acc[start:stop]`` (global indices, ascending)."""
+        numel = stop - start
+        k, samples, k_samples, stride = sample_plan(numel, density, self.sample_ratio)
+        first = start if samples == numel else start + int(rng.integers(0, stride))
+        positions = ops.from_host(np.arange(first, stop, stride, dtype=np.int64), acc)
+        sampled = np.abs(ops.to_host(ops.take(acc, positions)))
+        threshold = np.partition(sampled, sampled.size - k_samples)[sampled.size - k_samples]
+        indices = ops.abs_ge_indices(acc, threshold, start, stop)
+        for _ in range(PAPER_ADAPTATIONS if numel > samples else 0):
+            if len(indices) > self.overshoot * k:
+                chosen = ops.topk_abs_indices(ops.take(acc, indices), k, 0, len(indices))
+                return ops.take(indices, chosen)  # ascending: the exact top-k
+            if len(indices) >= PAPER_UNDERSHOOT * k:
+                break
+            threshold = threshold * np.float32(PAPER_UNDERSHOOT)
+            indices = ops.abs_ge_indices(acc, threshold, start, stop)
+        return indices[:k]
 
     def sampled_threshold(self, acc, context, density):
         """The ``ceil(density * s)``-th largest ``|acc|`` among ``s`` sampled elements."""
@@ -83,4 +166,5 @@ class DGC(Sparsifier):
     def __repr__(self):
         return (f"DGC(density={self.density}, momentum={self.momentum}, "
                 f"sample_ratio={self.sample_ratio}, overshoot={self.overshoot}, "
-                f"clip_norm={self.clip_norm}, warmup_steps={self.warmup_steps}, seed={self.seed})")
+                f"clip_norm={self.clip_norm}, warmup_steps={self.warmup_steps}, seed={self.seed}"
+                + (f", variant={self.variant!r})" if self.variant != "model" else ")"))
