@@ -7,7 +7,8 @@ from horovod_sparse.core import available, create
 
 # Benchmark rows for a method's variants: "method/variant" -> (method, options).
 VARIANTS = {"topk/union": ("topk", {"variant": "union"}),
-            "deft/paper": ("deft", {"budget": "paper"})}
+            "deft/paper": ("deft", {"budget": "paper"}),
+            "dgc/paper": ("dgc", {"variant": "paper"})}
 
 
 def method_rows():

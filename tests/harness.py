@@ -32,6 +32,8 @@ BASELINE_CASES = [
     ("dgc", {}),
     ("dgc", {"momentum": 0.5, "clip_norm": 20.0, "warmup_steps": 3, "sample_ratio": 0.05}),
     ("dgc", {"variant": "paper", "momentum": 0.0}),
+    ("dgc", {"momentum": 0.5, "nesterov": True}),
+    ("dgc", {"variant": "paper", "momentum": 0.5, "nesterov": True, "sample_ratio": 0.2}),
     ("cltk", {}),
     ("gssgd", {"momentum": 0.0}),
     ("gssgd", {"momentum": 0.0, "rows": 4, "columns": 97, "candidates": 2}),

@@ -474,8 +474,24 @@ def _clipped(g, clip_norm, P):
     return g * np.float32(coefficient) if coefficient < 1 else g
 
 
+def nesterov_accumulate(velocities, residuals, grads, momentum):
+    """Nesterov momentum correction as the core keeps it: ``u = m u + g``, ``acc =
+    v + (m u + g)``.  Returns (velocities, accs)."""
+    m = np.float32(momentum)
+    velocities = [m * u + g for u, g in zip(velocities, grads)]
+    return velocities, [v + (m * u + g) for v, u, g in zip(residuals, velocities, grads)]
+
+
+def released_nesterov_accumulate(momentums, residuals, grads, momentum):
+    """The released DGC memory's Nesterov form, line for line: ``mmt = (mmt + g) m``,
+    ``v = v + mmt + g`` (``mmt = m u``: the same in exact arithmetic)."""
+    momentums = [(mmt + g) * np.float32(momentum) for mmt, g in zip(momentums, grads)]
+    return momentums, [(v + mmt) + g for v, mmt, g in zip(residuals, momentums, grads)]
+
+
 def dgc(grads, density, momentum=0.9, sample_ratio=0.01, overshoot=1.3, clip_norm=None,
-        warmup_steps=0, warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0):
+        warmup_steps=0, warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0,
+        nesterov=False):
     P, n = len(grads[0]), grads[0][0].size
     velocities = [np.zeros(n, np.float32) for _ in range(P)]
     residuals = [np.zeros(n, np.float32) for _ in range(P)]
@@ -485,9 +501,12 @@ def dgc(grads, density, momentum=0.9, sample_ratio=0.01, overshoot=1.3, clip_nor
         if warmup_steps and t < warmup_steps * len(warmup_densities):
             d = max(density, warmup_densities[t // warmup_steps])
         k = max(1, math.floor(d * n))
-        velocities = [np.float32(momentum) * u + _clipped(g, clip_norm, P)
-                      for u, g in zip(velocities, step_grads)]
-        accs = [v + u for v, u in zip(residuals, velocities)]
+        clipped = [_clipped(g, clip_norm, P) for g in step_grads]
+        if nesterov:
+            velocities, accs = nesterov_accumulate(velocities, residuals, clipped, momentum)
+        else:
+            velocities = [np.float32(momentum) * u + g for u, g in zip(velocities, clipped)]
+            accs = [v + u for v, u in zip(residuals, velocities)]
         selections, thresholds = [], []
         for r, acc in enumerate(accs):
             samples = min(n, max(1, math.ceil(sample_ratio * n)))
@@ -535,9 +554,12 @@ def dgc_sampling(numel, d, sample_ratio):
 
 
 def dgc_paper(grads, density, shapes, momentum=0.9, sample_ratio=0.01, overshoot=1.3,
-              warmup_steps=0, warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0):
+              warmup_steps=0, warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0,
+              nesterov=False):
     """``dgc(variant="paper")``: the released compressor per tensor of more than one
-    dimension; 1-D tensors averaged densely (velocities under momentum).  The
+    dimension; 1-D tensors averaged densely (each rank sends its velocity ``u``,
+    Nesterov ``m u + g``: by linearity the released code's momentum applied
+    to the average).  The
     aggregate is in model order; residuals and velocities hold the compressed
     tensors only."""
     P = len(grads[0])
@@ -562,11 +584,18 @@ def dgc_paper(grads, density, shapes, momentum=0.9, sample_ratio=0.01, overshoot
         dense_grads = [np.concatenate([g[a:b] for a, b in dense] or [np.zeros(0, np.float32)])
                        for g in step_grads]
         if momentum:
-            velocities = [np.float32(momentum) * u + g for u, g in zip(velocities, sparse_grads)]
             dense_velocities = [np.float32(momentum) * u + g
                                 for u, g in zip(dense_velocities, dense_grads)]
-            accs = [v + u for v, u in zip(residuals, velocities)]
             sent_dense = dense_velocities
+            if nesterov:
+                velocities, accs = nesterov_accumulate(velocities, residuals, sparse_grads,
+                                                       momentum)
+                sent_dense = [np.float32(momentum) * u + g
+                              for u, g in zip(dense_velocities, dense_grads)]
+            else:
+                velocities = [np.float32(momentum) * u + g
+                              for u, g in zip(velocities, sparse_grads)]
+                accs = [v + u for v, u in zip(residuals, velocities)]
         else:
             accs = [v + g for v, g in zip(residuals, sparse_grads)]
             sent_dense = dense_grads

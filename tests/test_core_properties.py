@@ -313,6 +313,9 @@ def test_density_outside_the_unit_interval_is_rejected(bad):
     ("exdyna", {"threshold_control": "pid"}, ValueError, "threshold_control"),
     ("exdyna", {"rebalance": "greedy"}, ValueError, "rebalance"),
     ("exdyna", {"blocks": 0}, ValueError, "blocks"),
+    ("dgc", {"variant": "layer"}, ValueError, "variant"),
+    ("dgc", {"nesterov": 1}, TypeError, "nesterov"),
+    ("dgc", {"nesterov": True, "momentum": 0.0}, ValueError, "nesterov"),
 ])
 def test_bad_configuration_names_the_parameter(name, options, error, match):
     with pytest.raises(error, match=match):

@@ -1,7 +1,9 @@
 """The core, run on simulated ranks, equals the independent numpy references bit for bit."""
 
+import numpy as np
 import pytest
 
+import reference
 from gradients import stream
 from harness import CASES, PARTITION_CASES, SIMULATED_ONLY, assert_matches_reference, run_core
 
@@ -47,3 +49,20 @@ def test_padded_allgather_delivers_the_same_and_sends_the_longest_list(method, o
     for (counts, exact), (_, padded) in zip(traffic["exact"], traffic["padded"]):
         # rank 0 receives everybody else's list, padded to the longest
         assert padded - exact == (len(counts) - 1) * max(counts) - (sum(counts) - counts[0])
+
+
+def test_nesterov_is_the_released_form_in_exact_arithmetic():
+    """The core keeps ``u`` with ``acc = v + m u + g``; the released DGC memory keeps
+    ``mmt = m (mmt + g)`` and ``v = v + mmt + g``.  On dyadic gradients with
+    ``m = 1/2`` (every operation exact for these steps) the two agree bit for bit,
+    with ``mmt = m u``, while the residual is never cleared."""
+    grads = stream(seed=11, steps=6, size=3)
+    m = 0.5
+    velocities = momentums = [np.zeros_like(g) for g in grads[0]]
+    ours = released = [np.zeros_like(g) for g in grads[0]]
+    for step in grads:
+        velocities, ours = reference.nesterov_accumulate(velocities, ours, step, m)
+        momentums, released = reference.released_nesterov_accumulate(momentums, released, step, m)
+        for u, mmt, a, b in zip(velocities, momentums, ours, released):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(np.float32(m) * u, mmt)

@@ -40,8 +40,9 @@ def run(method, options, grads, density=0.05, held=(), **split):
     return run_simulated(len(grads[0]), worker)
 
 
-def dense_reference(grads, momentum):
-    """The rank-order sum of each rank's dense gradients (or velocities) over ``P``, per step."""
+def dense_reference(grads, momentum, nesterov=False):
+    """The rank-order sum of each rank's dense gradients (or velocities ``u``; Nesterov
+    ``m u + g``) over ``P``, per step."""
     size = len(grads[0])
     velocities = [np.zeros(sum(sizes()[i] for i in DENSE), np.float32) for _ in range(size)]
     expected = []
@@ -50,8 +51,8 @@ def dense_reference(grads, momentum):
         for rank, flat in enumerate(step):
             g = pick(flat, DENSE)
             if momentum:
-                velocities[rank] = momentum * velocities[rank] + g
-                g = velocities[rank]
+                velocities[rank] = np.float32(momentum) * velocities[rank] + g
+                g = np.float32(momentum) * velocities[rank] + g if nesterov else velocities[rank]
             sent.append(g)
         total = sent[0].copy()
         for g in sent[1:]:
@@ -79,7 +80,8 @@ def test_sparse_part_is_the_reference_and_dense_part_the_exact_average(method, o
     results = run(method, options, grads, dense_below=DENSE_BELOW)
     expected = reference.run(method, [[pick(g, SPARSE) for g in step] for step in grads], 0.05,
                              [SHAPES[i] for i in SPARSE], **options)
-    dense = dense_reference(grads, create(method, **options).momentum)
+    sparsifier = create(method, **options)
+    dense = dense_reference(grads, sparsifier.momentum, sparsifier.nesterov)
     bounds = Split(LAYOUT, DENSE).output_bounds
     for rank, (aggregates, exchange) in enumerate(results):
         for step, aggregate in enumerate(aggregates):

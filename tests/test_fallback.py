@@ -160,17 +160,18 @@ def whole_step(exchange, comm, flat, held=()):
     return np.array(averaged)
 
 
-@pytest.mark.parametrize("method,options", [("exdyna", {}), ("dgc", {}),
-                                            ("topk", {"dense_below": 32})])
-def test_whole_steps_equal_dense_steps_in_the_exchange(method, options):
+@pytest.mark.parametrize("method,hyperparameters,options", [
+    ("exdyna", {}, {}), ("dgc", {}, {}), ("topk", {}, {"dense_below": 32}),
+    ("dgc", {"variant": "paper", "nesterov": True}, {})])
+def test_whole_steps_equal_dense_steps_in_the_exchange(method, hyperparameters, options):
     """The framework's allreduce of each gradient (PyTorch's path) gives what the
     exchange's own dense step gives, and leaves the same residual and velocity."""
     size, pattern = 2, "ssDDDsD"  # the second and third D: plain steps (residual empty)
     grads = stream(9, len(pattern), size)
 
     def worker(comm, whole):
-        exchange = GradientExchange(create(method, density=0.05), NumpyOps(), comm,
-                                    fallback="auto", **{k: v for k, v in options.items()})
+        exchange = GradientExchange(create(method, density=0.05, **hyperparameters), NumpyOps(),
+                                    comm, fallback="auto", **options)
         exchange.fallback = FixedSchedule(pattern)
         outputs = []
         for flat in (step[comm.rank] for step in grads):

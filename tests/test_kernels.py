@@ -91,22 +91,24 @@ def test_small_ranges_and_extreme_k(k):
                           reference_topk(x, min(k, 3900), 100, 4000))
 
 
-@pytest.mark.parametrize("momentum", [0.0, 0.9])
+@pytest.mark.parametrize("momentum,nesterov", [(0.0, False), (0.9, False), (0.9, True)])
 @pytest.mark.parametrize("scale", [None, 0.37])
-def test_accumulate_is_the_numpy_expression_bit_for_bit(momentum, scale):
+def test_accumulate_is_the_numpy_expression_bit_for_bit(momentum, nesterov, scale):
     rng = np.random.default_rng(3)
     n = 10_001
     grad, residual, old = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
     g = grad if scale is None else grad * np.float32(scale)
     if momentum:
         expected_velocity = old * np.float32(momentum) + g
-        expected = residual + expected_velocity
+        sent = expected_velocity * np.float32(momentum) + g if nesterov else expected_velocity
+        expected = residual + sent
     else:
         expected = residual + g
     acc, new = np.full(n + 6, np.nan, np.float32), np.full(n + 6, np.nan, np.float32)
     velocity = (new, np.concatenate([old[:3], old, old[:3]])) if momentum else None
     padded = np.concatenate([residual[:3], residual, residual[:3]])
-    finite = NumpyOps().accumulate_slice(acc, padded, grad, 3, n + 3, scale, velocity, momentum)
+    finite = NumpyOps().accumulate_slice(acc, padded, grad, 3, n + 3, scale, velocity, momentum,
+                                         nesterov)
     assert finite is True
     assert np.array_equal(acc[3:n + 3].view(np.int32), expected.view(np.int32))
     assert np.isnan(acc[:3]).all() and np.isnan(acc[n + 3:]).all()  # nothing outside the slice

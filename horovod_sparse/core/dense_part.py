@@ -11,8 +11,8 @@ is counted over the sparsified part alone.
 
 No residual is kept for the dense part (nothing is left behind).  Under
 momentum correction (DGC, gs-SGD: the optimizer runs without momentum) the
-dense part keeps a plain velocity ``u = m u + g`` and sends ``u``: momentum
-SGD on those tensors (no dampening, Nesterov or weight decay).  Values travel
+dense part keeps a plain velocity ``u = m u + g`` and sends ``u`` (Nesterov:
+``m u + g``): momentum SGD on those tensors (no dampening or weight decay).  Values travel
 in the step's wire dtype, as Horovod's dense allreduce would send them (float16
 for an all-float16 model: there the dense part's rounding is not kept).
 
@@ -76,8 +76,8 @@ class Split:
 class DensePart:
     """The dense gradients of a step as one flat vector (with momentum: the velocity)."""
 
-    def __init__(self, ops, momentum=0.0):
-        self.ops, self.momentum = ops, float(momentum)
+    def __init__(self, ops, momentum=0.0, nesterov=False):
+        self.ops, self.momentum, self.nesterov = ops, float(momentum), bool(nesterov)
         self._velocity = Buffer("sent densely")
         self._out, self._out_size = None, None
         self._held_bounds = ()  # a whole step's held gradients (gather() copies them itself)
@@ -100,10 +100,7 @@ class DensePart:
                     ops.add_slice(new, old, 0.0, start, stop)
                 continue
             grad = grad if scale is None else ops.multiply(grad, scale)
-            if self.momentum:
-                ops.scale_add_slice(new, old, self.momentum, grad, start, stop)
-                grad = new[start:stop]
-            ops.add_slice(out, out, grad, start, stop)
+            self.whole_slice(out, grad, start, stop)
         return out, ops.all_finite(out)
 
     def begin_whole(self, layout, held, like):
@@ -113,12 +110,16 @@ class DensePart:
             self._velocity.ensure(self.ops, layout, like)
 
     def whole_slice(self, out, grad, start, stop):
-        """``out[start:stop] = g`` (the new velocity ``m u + g`` with momentum)."""
+        """``out[start:stop] = g`` (with momentum ``u = m u + g`` first, and ``u`` or,
+        Nesterov, ``m u + g`` sent); ``out`` is zero there."""
         if self.momentum:
             new, old = self._velocity.spare, self._velocity.current
             self.ops.scale_add_slice(new, old, self.momentum, grad, start, stop)
+            if self.nesterov:
+                self.ops.scale_add_slice(out, new, self.momentum, grad, start, stop)
+                return
             grad = new[start:stop]
-        self.ops.add_slice(out, out, grad, start, stop)  # out is zero there
+        self.ops.add_slice(out, out, grad, start, stop)
 
     def refuse_pending(self, layout):
         """A model without a dense part must not silently drop loaded dense velocities."""

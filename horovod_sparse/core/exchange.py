@@ -270,8 +270,8 @@ class GradientExchange:
         self._begun = None    # the step_count begin_step last started
         self._whole = None    # the dense step in flight, while the framework allreduces it
         self._flushed = False  # the residual is known to be empty (after a whole step)
-        self.feedback = ErrorFeedback(ops, momentum=sparsifier.momentum)
-        self.dense = DensePart(ops, momentum=sparsifier.momentum)
+        self.feedback = ErrorFeedback(ops, sparsifier.momentum, sparsifier.nesterov)
+        self.dense = DensePart(ops, sparsifier.momentum, sparsifier.nesterov)
         self._split = None
         self.step_count = 0
         self.history = collections.deque(maxlen=history_size)

@@ -11,7 +11,9 @@ family, ...).
 With ``momentum = m > 0`` the memory is DGC's *momentum correction*
 (Lin et al., ICLR 2018; also Sketched-SGD's worker state): a velocity
 ``u_t = m u_{t-1} + g_t`` is kept too, ``acc_t = e_t + u_t``, and both are
-zeroed at the communicated coordinates ("factor masking").
+zeroed at the communicated coordinates ("factor masking").  With
+``nesterov=True``, ``acc_t = e_t + m u_t + g_t``: the released DGC code's
+``mmt = m (mmt + g)``, ``v = v + mmt + g`` with ``mmt = m u``.
 
 A *held* gradient (absent this step: a frozen parameter, a variable without a
 gradient) contributes zeros to ``acc``, so none of it is selected, and its
@@ -79,8 +81,8 @@ def _restore(saved, layout, part):
 class ErrorFeedback:
     """Flat residual (and velocity) of the whole model, saved per gradient name."""
 
-    def __init__(self, ops, momentum=0.0):
-        self.ops, self.momentum = ops, float(momentum)
+    def __init__(self, ops, momentum=0.0, nesterov=False):
+        self.ops, self.momentum, self.nesterov = ops, float(momentum), bool(nesterov)
         self._residual, self._velocity = Buffer(), Buffer()
         self._held = ()  # (start, stop) of this step's held gradients
         self.finite = None  # whether the last acc is all finite (None: not checked)
@@ -119,7 +121,7 @@ class ErrorFeedback:
                 ops.fill_zero(acc[start:stop])
                 continue
             finite = ops.accumulate_slice(acc, self.residual, grad, start, stop, scale, velocity,
-                                          self.momentum)
+                                          self.momentum, self.nesterov)
             self.finite = None if finite is None or self.finite is None else self.finite and finite
         return acc
 
@@ -145,12 +147,11 @@ class ErrorFeedback:
 
     def whole_slice(self, out, grad, start, stop):
         """``out[start:stop] = e + g`` (``e + u``, ``u = m u + g``, under momentum
-        correction) for the gradient at ``[start, stop)``: what it sends whole."""
-        if self.momentum:
-            self.ops.scale_add_slice(self._velocity.spare, self._velocity.current, self.momentum,
-                                     grad, start, stop)
-            grad = self._velocity.spare[start:stop]
-        self.ops.add_slice(out, self.residual, grad, start, stop)
+        correction; Nesterov: ``e + m u + g``) for the gradient at ``[start, stop)``:
+        what it sends whole (``out`` is zero there)."""
+        self.ops.accumulate_slice(out, self.residual, grad, start, stop, None,
+                                  (self._velocity.spare, self._velocity.current)
+                                  if self.momentum else None, self.momentum, self.nesterov)
 
     def flush(self, wire_dtype="float32"):
         """Every coordinate was sent: zero the accumulated gradient (float16: keep

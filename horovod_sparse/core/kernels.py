@@ -41,13 +41,15 @@ def _numpy_abs_ge_indices(x, threshold, start, stop):
     return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
 
 
-def _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old, momentum):
+def _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old, momentum,
+                      nesterov=False):
     if scale != 1:
         grad = grad * grad.dtype.type(scale)
     if velocity_new is not None:
         np.multiply(velocity_old, velocity_old.dtype.type(momentum), out=velocity_new)
         np.add(velocity_new, grad, out=velocity_new)
-        grad = velocity_new
+        grad = velocity_new * velocity_new.dtype.type(momentum) + grad if nesterov \
+            else velocity_new
     np.add(residual, grad, out=acc)
     return bool(np.isfinite(acc).all())
 
@@ -127,12 +129,15 @@ if numba is not None:
 
     @_jit
     def _compiled_accumulate_momentum(acc, residual, grad, scale, velocity_new, velocity_old,
-                                      momentum):
+                                      momentum, nesterov):
         bits = acc.view(np.int32)
         nonfinite = 0
         for i in range(acc.size):
-            velocity = velocity_old[i] * momentum + grad[i] * scale
+            scaled = grad[i] * scale
+            velocity = velocity_old[i] * momentum + scaled
             velocity_new[i] = velocity
+            if nesterov:
+                velocity = velocity * momentum + scaled
             acc[i] = residual[i] + velocity
         for i in range(acc.size):
             nonfinite += (bits[i] & 0x7F800000) == 0x7F800000
@@ -158,10 +163,11 @@ def all_finite(x):
 
 
 def accumulate(acc, residual, grad, scale=1.0, velocity_new=None, velocity_old=None,
-               momentum=0.0):
+               momentum=0.0, nesterov=False):
     """``acc = residual + scale * grad`` in place (with momentum correction
     ``velocity_new = momentum * velocity_old + scale * grad`` and
-    ``acc = residual + velocity_new``); return whether every ``acc`` is finite.
+    ``acc = residual + velocity_new``; Nesterov: ``acc = residual + momentum *
+    velocity_new + scale * grad``); return whether every ``acc`` is finite.
 
     All arrays are float32 slices of one length; each product and sum is
     rounded to float32 (no fused multiply-add), as the numpy expression would.
@@ -169,9 +175,10 @@ def accumulate(acc, residual, grad, scale=1.0, velocity_new=None, velocity_old=N
     compiled = numba is not None and acc.flags.c_contiguous and acc.dtype == np.float32 and (
         grad.dtype == np.float32)
     if not compiled:
-        return _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old, momentum)
+        return _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old, momentum,
+                                 nesterov)
     scale = np.float32(scale)
     if velocity_new is None:
         return _compiled_accumulate(acc, residual, grad, scale)
     return _compiled_accumulate_momentum(acc, residual, grad, scale, velocity_new, velocity_old,
-                                         np.float32(momentum))
+                                         np.float32(momentum), bool(nesterov))

@@ -94,11 +94,12 @@ class ArrayOps:
         raise NotImplementedError
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
-                         momentum=0.0):
+                         momentum=0.0, nesterov=False):
         """Error feedback for one gradient: ``acc[start:stop] = residual[start:stop] + g``
         with ``g = scale * grad`` (``grad`` unscaled when ``scale`` is ``None``);
         under momentum correction ``velocity = (new, old)`` and first
-        ``new[start:stop] = momentum * old[start:stop] + g``, ``g = new[start:stop]``.
+        ``new[start:stop] = momentum * old[start:stop] + g``, then ``g =
+        new[start:stop]`` (Nesterov: ``g = momentum * new[start:stop] + g``).
         Returns whether the slice of ``acc`` is all finite, or ``None`` where the
         backend does not check in the same pass."""
         if scale is not None:
@@ -106,7 +107,11 @@ class ArrayOps:
         if velocity is not None:
             new, old = velocity
             self.scale_add_slice(new, old, momentum, grad, start, stop)
-            grad = new[start:stop]
+            if nesterov:
+                self.scale_add_slice(acc, new, momentum, grad, start, stop)
+                grad = acc[start:stop]
+            else:
+                grad = new[start:stop]
         self.add_slice(acc, residual, grad, start, stop)
         return None
 
@@ -245,11 +250,11 @@ class NumpyOps(ArrayOps):
         return kernels.all_finite(x)
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
-                         momentum=0.0):
+                         momentum=0.0, nesterov=False):
         new, old = (None, None) if velocity is None else (velocity[0][start:stop],
                                                           velocity[1][start:stop])
         return kernels.accumulate(acc[start:stop], residual[start:stop], grad,
-                                  1.0 if scale is None else scale, new, old, momentum)
+                                  1.0 if scale is None else scale, new, old, momentum, nesterov)
 
     def abs_ge_indices(self, x, threshold, start, stop):
         return kernels.abs_ge_indices(x, threshold, start, stop)

@@ -302,6 +302,8 @@ class SparseCompressor(WholeModelCompressor):
 
     def _check_momentum(self, optimizer):
         momentum = self.sparsifier.momentum
+        if getattr(optimizer, "momentum_on_weight_decay_only", False):
+            return  # DGC's optimizer (horovod_sparse.torch.DGCSGD): its momentum moves weight decay only
         theirs = sorted({group["momentum"] for group in optimizer.param_groups
                          if group.get("momentum")})
         if momentum and theirs:

@@ -51,14 +51,14 @@ class TorchOps(ArrayOps):
         x.zero_()
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
-                         momentum=0.0):
+                         momentum=0.0, nesterov=False):
         views = [_host_view(t) for t in (acc, residual, grad, *(velocity or ()))]
         if grad.dtype != torch.float32 or any(view is None for view in views):
             return super().accumulate_slice(acc, residual, grad, start, stop, scale, velocity,
-                                            momentum)
+                                            momentum, nesterov)
         velocity = None if velocity is None else views[3:]
         return _NUMPY.accumulate_slice(views[0], views[1], views[2], start, stop, scale, velocity,
-                                       momentum)
+                                       momentum, nesterov)
 
     def all_finite(self, x):
         # A finite sum means every element is finite; only an overflowing sum needs the full check.

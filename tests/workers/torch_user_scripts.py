@@ -401,6 +401,23 @@ def slips():
     name, message = raised_everywhere(ValueError, momentum_twice)
     checks["momentum_twice"] = check(name == "ValueError" and "twice" in message, message)
 
+    # DGC's own optimizer moves only the weight decay with its momentum: accepted
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 2))
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = hvd.DistributedOptimizer(
+        hs.DGCSGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True),
+        named_parameters=model.named_parameters(),
+        compression=hs.Compression.dgc(density=0.3, variant="paper", nesterov=True))
+    for step in range(3):
+        optimizer.zero_grad()
+        model(torch.randn(4, 6) * (hvd.rank() + 1)).square().sum().backward()
+        optimizer.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    gathered = hvd.allgather(flat[None], name="slips.dgcsgd")
+    checks["dgcsgd_accepted"] = check(bool((gathered == gathered[0]).all()),
+                                      "DGCSGD + dgc(variant='paper'): ranks differ")
+
     def gossip_with_models_that_differ():  # same sizes, transposed on rank 1
         model = torch.nn.Linear(*((3, 4), (4, 3))[hvd.rank()])
         optimizer = hs.CrossoverSGD(torch.optim.SGD(model.parameters(), lr=0.1))

@@ -27,8 +27,9 @@ class Sparsifier:
     ``context.exchange_header`` (the context refuses any other before it);
     it changes its own state only after the header.
 
-    ``momentum`` (> 0 turns on momentum correction in the error feedback),
-    ``clip_norm`` (local gradient clipping) and ``dense_1d`` (every
+    ``momentum`` (> 0 turns on momentum correction in the error feedback;
+    ``nesterov`` its look-ahead form), ``clip_norm`` (local gradient
+    clipping) and ``dense_1d`` (every
     one-dimensional gradient sent densely, beside the user's ``dense_1d``)
     are read by the driver.
     """
@@ -36,6 +37,7 @@ class Sparsifier:
     name = None
     momentum = 0.0
     clip_norm = None
+    nesterov = False
     dense_1d = False
 
     def __init__(self, density=0.001):

@@ -4,6 +4,8 @@ Per rank and step ``t``:
 
 1. optional local gradient clipping, ``||g|| <= clip_norm / sqrt(P)``;
 2. momentum correction ``u = m u + g``, ``v = v + u`` (``acc = v``);
+   ``nesterov=True``: ``v = v + m u + g`` (the released code's ``mmt = m (mmt +
+   g)``, ``v = v + mmt + g``, with ``mmt = m u``);
 3. threshold from a random sample of ``sample_ratio * n`` elements of
    ``|acc|`` (drawn from ``(seed, t, rank)``): its ``ceil(d_t * samples)``-th
    largest magnitude; select ``|acc| >= thr``;
@@ -77,11 +79,17 @@ class DGC(Sparsifier):
 
     def __init__(self, density=0.001, momentum=0.9, sample_ratio=0.01, overshoot=1.3,
                  clip_norm=None, warmup_steps=0,
-                 warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0, variant="model"):
+                 warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0, variant="model",
+                 nesterov=False):
         super().__init__(density)
+        if not isinstance(nesterov, bool):
+            raise TypeError(f"nesterov must be True or False, got {nesterov!r}")
+        self.nesterov = nesterov
         self.variant = check_choice("variant", variant, VARIANTS)
         self.dense_1d = variant == "paper"  # the exchange sends 1-D tensors densely
         self.momentum = check_momentum(momentum)
+        if nesterov and not self.momentum:
+            raise ValueError("nesterov=True needs momentum > 0")
         self.sample_ratio = check_positive("sample_ratio", sample_ratio, upper=1.0)
         self.overshoot = check_positive("overshoot", overshoot)
         if self.overshoot < 1:
@@ -167,4 +175,5 @@ class DGC(Sparsifier):
         return (f"DGC(density={self.density}, momentum={self.momentum}, "
                 f"sample_ratio={self.sample_ratio}, overshoot={self.overshoot}, "
                 f"clip_norm={self.clip_norm}, warmup_steps={self.warmup_steps}, seed={self.seed}"
-                + (f", variant={self.variant!r})" if self.variant != "model" else ")"))
+                + (f", variant={self.variant!r}" if self.variant != "model" else "")
+                + (", nesterov=True)" if self.nesterov else ")"))
