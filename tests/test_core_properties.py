@@ -424,3 +424,17 @@ def test_adaptive_threshold_follows_a_jump_of_the_gradient_scale(factor):
             assert max(errors[5:15]) <= limit and max(errors[16:]) <= limit, errors
         else:
             assert min(errors[16:]) > 0.2, errors
+
+
+def test_dgc_paper_variant_skips_an_empty_tensor():
+    """A zero-size tensor of two dimensions selects nothing (no sample to rank)."""
+    layout = Layout(names=("w", "empty", "b"), shapes=((4, 4), (0, 3), (7,)),
+                    dtypes=("float32",) * 3)
+
+    def worker(comm):
+        exchange = GradientExchange(create("dgc", density=0.25, variant="paper"), NumpyOps(), comm)
+        grads = [np.arange(16, dtype=np.float32) - 8, np.zeros(0, np.float32),
+                 np.ones(7, np.float32)]
+        return np.array(exchange.step(grads, layout)), exchange.metrics.counts
+    for aggregate, counts in run_simulated(2, worker):
+        assert counts == [4, 4] and aggregate.size == 23

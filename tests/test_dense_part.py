@@ -231,7 +231,7 @@ def test_state_of_the_other_part_is_refused(saved, loaded):
         before.step([grads[0][comm.rank][s:e] for s, e in LAYOUT.bounds], LAYOUT)
         after = GradientExchange(create("dgc", density=0.05), NumpyOps(), comm, **loaded)
         after.load_state_dict(before.state_dict(LAYOUT))
-        with pytest.raises(KeyError, match="dense_below / dense_1d differ"):
+        with pytest.raises(KeyError, match="dense_below / dense_1d / dgc's variant differ"):
             after.step([grads[1][comm.rank][s:e] for s, e in LAYOUT.bounds], LAYOUT)
         return True
     assert run_simulated(2, worker) == [True, True]

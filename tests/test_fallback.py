@@ -12,7 +12,7 @@ import pytest
 from gradients import SHAPES, stream
 from harness import FixedSchedule, layout_of
 from horovod_sparse import create
-from horovod_sparse.core import GradientExchange, NumpyOps, run_simulated
+from horovod_sparse.core import GradientExchange, Layout, NumpyOps, run_simulated
 from horovod_sparse.core.errors import ConfigurationMismatchError
 from horovod_sparse.core.fallback import AutoFallback, create_fallback
 
@@ -216,3 +216,22 @@ def test_a_non_finite_whole_step_leaves_the_state_as_it_was(policy):
         assert steps == (1 if policy == "raise" else 2)
         for name, value in before["residuals"].items():
             np.testing.assert_array_equal(after["residuals"][name], value)
+
+
+def test_plain_steps_only_where_every_gradient_travels_in_its_own_dtype():
+    """A plain step hands Horovod the gradients as they are: not for bfloat16 (Horovod
+    cannot sum it on CPU) or a model mixing float16 with float32 (the wire is float32)."""
+    mixed = Layout(names=LAYOUT.names, shapes=LAYOUT.shapes,
+                   dtypes=("float16",) + LAYOUT.dtypes[1:])
+    bfloat16 = Layout(names=LAYOUT.names, shapes=LAYOUT.shapes,
+                      dtypes=("torch.bfloat16",) * len(LAYOUT.names))
+
+    def worker(comm):
+        exchange = GradientExchange(create("topk", density=0.05), NumpyOps(), comm,
+                                    fallback="auto")
+        exchange.fallback = FixedSchedule("D")
+        whole_step(exchange, comm, stream(4, 1, comm.size)[0][comm.rank])  # flushes
+        refused = [exchange.begin_plain_step(layout) for layout in (mixed, bfloat16)]
+        return refused, exchange.begin_plain_step(LAYOUT)
+    for refused, plain in run_simulated(2, worker):
+        assert refused == [False, False] and plain is True

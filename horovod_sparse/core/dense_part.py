@@ -83,7 +83,8 @@ class DensePart:
         self._held_bounds = ()  # a whole step's held gradients (gather() copies them itself)
 
     def gather(self, grads, layout, like, held=(), scale=None):
-        """``scale * g`` (or the new velocity ``m u + scale * g``) of every gradient
+        """``scale * g`` (or the new velocity ``u = m u + scale * g``; Nesterov
+        ``m u + scale * g`` with the new ``u``) of every gradient
         in ``layout`` as one flat vector on ``like``'s device, zeros for ``held``
         ones; the velocity of a held gradient is kept.  Returns ``(vector, all finite)``."""
         ops = self.ops

@@ -270,6 +270,7 @@ class GradientExchange:
         self._begun = None    # the step_count begin_step last started
         self._whole = None    # the dense step in flight, while the framework allreduces it
         self._flushed = False  # the residual is known to be empty (after a whole step)
+        self._plain_layout = (None, False)  # (layout, whether it travels in its own dtypes)
         self.feedback = ErrorFeedback(ops, sparsifier.momentum, sparsifier.nesterov)
         self.dense = DensePart(ops, sparsifier.momentum, sparsifier.nesterov)
         self._split = None
@@ -403,11 +404,17 @@ class GradientExchange:
 
     def begin_plain_step(self, layout):
         """Start a *plain* dense step if there is nothing to add to the gradients
-        (the residual is empty after an earlier whole step and no velocity moves):
-        the framework sends them as they are, and :meth:`end_whole_step` ends the
-        step.  Returns whether it started one; a held gradient sends what the
+        (the residual is empty after an earlier whole step, no velocity moves, and
+        every gradient's dtype is the wire dtype): the framework sends them as
+        they are, and :meth:`end_whole_step` ends the step.  Returns whether it started one; a held gradient sends what the
         framework hands it, as ``hvd.Compression.none`` would."""
         if not self._flushed or self.sparsifier.momentum:
+            return False
+        if self._plain_layout[0] is not layout:  # bfloat16, mixed float16: whole steps
+            wire = wire_dtype(layout)
+            self._plain_layout = (layout, all(str(dtype).rsplit(".", 1)[-1] == wire
+                                              for dtype in layout.dtypes))
+        if not self._plain_layout[1]:
             return False
         self._whole = (self.split(layout), None, frozenset())
         return True
@@ -415,7 +422,7 @@ class GradientExchange:
     def whole_gradient(self, position, grad):
         """Write what gradient ``position`` of the layout sends in a whole step -- the
         gradient plus its residual (with momentum correction: the new velocity plus
-        the residual) -- into the step's output buffer, and return that slice; the
+        the residual; Nesterov: ``m u + g`` plus the residual) -- into the step's output buffer, and return that slice; the
         framework allreduces it in place."""
         split, aggregate, held = self._whole
         start, stop = split.output_bounds[position]

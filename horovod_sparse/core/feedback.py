@@ -61,7 +61,8 @@ def refuse_unknown(names, layout, part):
     unknown = set(names) - set(layout.names)
     if unknown:
         raise KeyError(f"saved state for gradients that are not {part} here (the model lacks "
-                       f"them, or dense_below / dense_1d differ from the run that saved it): "
+                       f"them, or dense_below / dense_1d / dgc's variant differ from the run that "
+                       f"saved it): "
                        f"{sorted(unknown)}")
 
 
@@ -97,7 +98,8 @@ class ErrorFeedback:
         return self._velocity.current if self.momentum else None
 
     def accumulate(self, grads, layout, scale=None, held=(), like=None):
-        """Return ``acc = residual + grads`` (``residual + u`` with momentum), in spare buffers.
+        """Return ``acc = residual + grads`` (``residual + u`` with momentum, ``residual
+        + m u + grads`` with Nesterov), in spare buffers.
 
         ``scale`` (a number) multiplies every gradient first (local clipping);
         ``held`` lists the positions of absent gradients (zeros in ``acc``;

@@ -5,7 +5,8 @@ form ``acc = g + e`` and one read of the part a rank selects from.  These
 kernels keep each phase at one pass:
 
 * :func:`accumulate` forms ``acc = residual + scale * grad`` (or, under
-  momentum correction, ``u = m u + scale * grad``, ``acc = residual + u``)
+  momentum correction, ``u = m u + scale * grad``, ``acc = residual + u``;
+  Nesterov: ``acc = residual + m u + scale * grad``)
   and checks that every result is finite in the same pass;
 * :func:`all_finite` checks a vector with one read of its exponent bits, on
   one thread: torch's and numpy's reductions wake a thread pool or allocate,
@@ -48,8 +49,12 @@ def _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old, mo
     if velocity_new is not None:
         np.multiply(velocity_old, velocity_old.dtype.type(momentum), out=velocity_new)
         np.add(velocity_new, grad, out=velocity_new)
-        grad = velocity_new * velocity_new.dtype.type(momentum) + grad if nesterov \
-            else velocity_new
+        if nesterov:  # m u + g rounded to acc's dtype first, as ArrayOps does
+            np.multiply(velocity_new, velocity_new.dtype.type(momentum), out=acc)
+            np.add(acc, grad, out=acc)
+            grad = acc
+        else:
+            grad = velocity_new
     np.add(residual, grad, out=acc)
     return bool(np.isfinite(acc).all())
 

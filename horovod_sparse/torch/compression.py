@@ -302,8 +302,14 @@ class SparseCompressor(WholeModelCompressor):
 
     def _check_momentum(self, optimizer):
         momentum = self.sparsifier.momentum
-        if getattr(optimizer, "momentum_on_weight_decay_only", False):
-            return  # DGC's optimizer (horovod_sparse.torch.DGCSGD): its momentum moves weight decay only
+        if getattr(optimizer, "momentum_on_weight_decay_only", False):  # DGCSGD
+            if not momentum:
+                raise ValueError(
+                    f"{type(optimizer).__name__}'s momentum moves the weight decay only and leaves "
+                    f"the gradient's to the compressor, but {self.sparsifier.name} keeps none "
+                    "(momentum=0): the gradient would get no momentum.  Use torch.optim.SGD, or "
+                    "dgc with momentum > 0")
+            return
         theirs = sorted({group["momentum"] for group in optimizer.param_groups
                          if group.get("momentum")})
         if momentum and theirs:

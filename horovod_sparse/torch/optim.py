@@ -16,7 +16,10 @@ to be wrapped by ``hvd.DistributedOptimizer`` with a DGC compressor::
         DGCSGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4),
         compression=horovod_sparse.torch.Compression.dgc(variant="paper", momentum=0.9))
 
-The compressor accepts its ``momentum`` (it moves the weight decay only).
+The compressor accepts its ``momentum`` (it moves the weight decay only)
+under a method that keeps the gradient's momentum itself (``dgc`` with
+``momentum > 0``), and refuses it under any other: there the gradient would
+get no momentum at all.
 """
 
 import torch
@@ -32,13 +35,15 @@ class DGCSGD(torch.optim.Optimizer):
                  nesterov=False):
         # lr may stay ``required`` when every group names its own (Horovod's optimizer
         # rebuilds this class from the wrapped optimizer's param_groups)
-        settings = (("momentum", momentum), ("weight_decay", weight_decay)) + (
-            () if lr is required else (("lr", lr),))
+        settings = (("momentum", momentum), ("dampening", dampening),
+                    ("weight_decay", weight_decay)) + (() if lr is required else (("lr", lr),))
         for name, value in settings:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name} must be a number, got {value!r}")
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value!r}")
+        if not isinstance(nesterov, bool):
+            raise TypeError(f"nesterov must be True or False, got {nesterov!r}")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("nesterov=True needs momentum > 0 and dampening 0")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,

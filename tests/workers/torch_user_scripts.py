@@ -418,6 +418,17 @@ def slips():
     checks["dgcsgd_accepted"] = check(bool((gathered == gathered[0]).all()),
                                       "DGCSGD + dgc(variant='paper'): ranks differ")
 
+    def dgcsgd_under_a_method_without_momentum():  # the gradient would get none
+        model = torch.nn.Linear(3, 2)
+        optimizer = hvd.DistributedOptimizer(
+            hs.DGCSGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01),
+            compression=hs.Compression.topk(density=0.5))
+        model(torch.ones(1, 3)).sum().backward()
+        optimizer.step()
+
+    name, message = raised_everywhere(ValueError, dgcsgd_under_a_method_without_momentum)
+    checks["dgcsgd_refused"] = check(name == "ValueError" and "no momentum" in message, message)
+
     def gossip_with_models_that_differ():  # same sizes, transposed on rank 1
         model = torch.nn.Linear(*((3, 4), (4, 3))[hvd.rank()])
         optimizer = hs.CrossoverSGD(torch.optim.SGD(model.parameters(), lr=0.1))

@@ -20,7 +20,8 @@ Sparsity warm-up: with ``warmup_steps = s > 0`` the density is
 99.6 % sparsity, one stage per epoch: pass the steps per epoch).
 Selection ``O(n)`` plus a top-k of the overshoot; traffic ``2k`` sent and
 ``2k(P-1)`` received; build-up up to ``P``.  With ``momentum > 0`` the
-optimizer itself must not add momentum again (use plain SGD).
+optimizer itself must not add momentum again (use plain SGD, or
+``horovod_sparse.torch.DGCSGD``, whose momentum moves the weight decay only).
 
 ``variant="paper"`` runs the authors' released compressor
 (synxlin/deep-gradient-compression) instead of one threshold for the model:
@@ -40,7 +41,9 @@ optimizer itself must not add momentum again (use plain SGD).
 
 Ties of the exact top-``k_T`` go to the lower index (the released code's
 ``torch.topk`` leaves them unspecified), and the random start comes from
-``default_rng([seed, t, rank, tensor])``.
+``default_rng([seed, t, rank, j])`` for the ``j``-th compressed tensor.
+``clip_norm`` clips the rank's whole gradient (the released memory clips
+tensor by tensor).
 """
 
 import math
@@ -128,23 +131,27 @@ class DGC(Sparsifier):
         """``variant="paper"``: each tensor selected on its own (see the module text)."""
         ops, layout = context.ops, context.layout
         density = self.density_at(context.step)
+        plans = [sample_plan(stop - start, density, self.sample_ratio)
+                 for start, stop in layout.bounds]
         with context.timed_selection():
-            picks = [self.select_tensor(acc, start, stop, density,
-                                        np.random.default_rng([self.seed, context.step,
-                                                               context.rank, position]), ops)
-                     for position, (start, stop) in enumerate(layout.bounds)]
-            indices = ops.concat(picks) if picks else ops.arange(0, 0, acc)
+            indices = ops.concat([
+                self.select_tensor(acc, start, stop, plan, ops,
+                                   np.random.default_rng([self.seed, context.step, context.rank,
+                                                          position]))
+                for position, ((start, stop), plan) in enumerate(zip(layout.bounds, plans))])
             values = ops.take(acc, indices)
         counts = context.exchange_header(len(indices))[:, 0]
         aggregate, gathered = average_gathered(context, indices, values, counts)
-        k = sum(sample_plan(stop - start, density, self.sample_ratio)[0]
-                for start, stop in layout.bounds)
+        k = sum(plan[0] for plan in plans)
         return aggregate, step_metrics(context, k, counts, ops.count_unique(gathered))
 
-    def select_tensor(self, acc, start, stop, density, rng, ops):
-        """The released code's selection in ``acc[start:stop]`` (global indices, ascending)."""
+    def select_tensor(self, acc, start, stop, plan, ops, rng):
+        """The released code's selection in ``acc[start:stop]`` under ``plan``
+        (:func:`sample_plan`); global indices, ascending."""
         numel = stop - start
-        k, samples, k_samples, stride = sample_plan(numel, density, self.sample_ratio)
+        k, samples, k_samples, stride = plan
+        if numel == 0:
+            return ops.arange(start, start, acc)
         first = start if samples == numel else start + int(rng.integers(0, stride))
         positions = ops.from_host(np.arange(first, stop, stride, dtype=np.int64), acc)
         sampled = np.abs(ops.to_host(ops.take(acc, positions)))
