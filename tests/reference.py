@@ -489,6 +489,13 @@ def released_nesterov_accumulate(momentums, residuals, grads, momentum):
     return momentums, [(v + mmt) + g for v, mmt, g in zip(residuals, momentums, grads)]
 
 
+def warmup_density(t, density, warmup_steps, warmup_densities):
+    """DGC's sparsity warm-up: the stage's density for the first steps, never below ``density``."""
+    if warmup_steps and t < warmup_steps * len(warmup_densities):
+        return max(density, warmup_densities[t // warmup_steps])
+    return density
+
+
 def dgc(grads, density, momentum=0.9, sample_ratio=0.01, overshoot=1.3, clip_norm=None,
         warmup_steps=0, warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0,
         nesterov=False):
@@ -497,9 +504,7 @@ def dgc(grads, density, momentum=0.9, sample_ratio=0.01, overshoot=1.3, clip_nor
     residuals = [np.zeros(n, np.float32) for _ in range(P)]
     records = []
     for t, step_grads in enumerate(grads):
-        d = density
-        if warmup_steps and t < warmup_steps * len(warmup_densities):
-            d = max(density, warmup_densities[t // warmup_steps])
+        d = warmup_density(t, density, warmup_steps, warmup_densities)
         k = max(1, math.floor(d * n))
         clipped = [_clipped(g, clip_norm, P) for g in step_grads]
         if nesterov:
@@ -577,9 +582,7 @@ def dgc_paper(grads, density, shapes, momentum=0.9, sample_ratio=0.01, overshoot
     residuals = [np.zeros(n_sparse, np.float32) for _ in range(P)]
     records = []
     for t, step_grads in enumerate(grads):
-        d = density
-        if warmup_steps and t < warmup_steps * len(warmup_densities):
-            d = max(density, warmup_densities[t // warmup_steps])
+        d = warmup_density(t, density, warmup_steps, warmup_densities)
         sparse_grads = [np.concatenate([g[a:b] for a, b in compressed]) for g in step_grads]
         dense_grads = [np.concatenate([g[a:b] for a, b in dense] or [np.zeros(0, np.float32)])
                        for g in step_grads]
