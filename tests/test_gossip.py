@@ -7,7 +7,7 @@ import pytest
 import reference
 from gradients import dyadic_gradient
 from horovod_sparse.core.gossip import (balanced_segments, derangement, hierarchical_groups,
-                                        sgp_distances)
+                                        named_segments, sgp_distances)
 from launch import horovodrun, mpirun
 
 SHAPES = [(6, 5), (6,), (40,), (3, 3)]
@@ -87,6 +87,28 @@ def test_mpirun_three_ranks_match_reference(mode, tmp_path):
     got = _run(mpirun, 3, tmp_path, mode, 6, 0.5, segments=2 if mode == "crossover" else None)
     segments = [(0, 36), (36, 85)]  # two size-balanced runs: a.*, then b.weight + c.weight
     _assert_matches(got, _expected(mode, 3, 6, 0.5, segments))
+
+
+@pytest.mark.horovod
+def test_segments_by_name_pattern_match_reference(tmp_path):
+    """The paper's per-block split, in small: segments chosen by parameter name."""
+    got = _run(horovodrun, 4, tmp_path, "crossover", 6, 0.5, segments="a.weight;a.bias+b.*;*")
+    assert list(got[0]["segments"]) == [1, 2, 1]
+    _assert_matches(got, _expected("crossover", 4, 6, 0.5, [(0, 30), (30, 76), (76, 85)]))
+
+
+def test_named_segments_take_every_parameter_once():
+    names = ["a.weight", "a.bias", "b.weight", "c.weight"]
+    assert named_segments(names, ["a.weight", ["a.bias", "b.*"], "*"]) == [[0], [1, 2], [3]]
+    assert named_segments(names, ["*.weight", "*"]) == [[0, 2, 3], [1]]
+    with pytest.raises(ValueError, match="match no segment"):
+        named_segments(names, ["a.*"])
+    with pytest.raises(ValueError, match="matches no parameter"):
+        named_segments(names, ["a.*", "z.*", "*"])
+    with pytest.raises(TypeError, match="segments"):
+        named_segments(names, "a.*")
+    with pytest.raises(TypeError, match="segment"):
+        named_segments(names, [3])
 
 
 @pytest.mark.horovod

@@ -15,6 +15,7 @@
   the first rank of each group is its leader.
 """
 
+import fnmatch
 import numbers
 
 import numpy as np
@@ -60,6 +61,34 @@ def hierarchical_groups(size, groups):
         raise ValueError(f"groups={groups} does not divide the {size} ranks")
     per = size // groups
     return [list(range(g * per, (g + 1) * per)) for g in range(groups)]
+
+
+def named_segments(names, patterns):
+    """Segments chosen by parameter name: ``patterns[j]`` -- a pattern or a list of
+    patterns (``fnmatch``, e.g. ``"layer1.0.*"``) -- takes, in model order, every
+    parameter whose name it matches that no earlier segment took.  The paper's
+    "fine" split of ResNet-50 is one pattern per bottleneck block.  Every
+    parameter must be taken (end with ``"*"`` for the rest) and every segment
+    must take one; returns lists of parameter positions."""
+    if isinstance(patterns, (str, bytes)) or not patterns:
+        raise TypeError(f"segments must be a non-empty list of name patterns, got {patterns!r}")
+    taken, runs = set(), []
+    for entry in patterns:
+        group = [entry] if isinstance(entry, str) else (
+            list(entry) if isinstance(entry, (list, tuple)) else None)
+        if not group or not all(isinstance(pattern, str) for pattern in group):
+            raise TypeError(f"a segment is a name pattern or a list of them, got {entry!r}")
+        run = [i for i, name in enumerate(names) if i not in taken
+               and any(fnmatch.fnmatchcase(name, pattern) for pattern in group)]
+        if not run:
+            raise ValueError(f"segment {entry!r} matches no parameter left (names: {list(names)})")
+        taken.update(run)
+        runs.append(run)
+    missed = [name for i, name in enumerate(names) if i not in taken]
+    if missed:
+        raise ValueError(f"parameters {missed} match no segment: add \"*\" as the last segment "
+                         "to gather the rest")
+    return runs
 
 
 def balanced_segments(sizes, count):

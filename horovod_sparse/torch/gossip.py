@@ -27,7 +27,7 @@ import torch
 from ..core import Layout
 from ..core.exchange import agree
 from ..core.gossip import (balanced_segments, crossover_routes, hierarchical_groups,
-                           sgp_distances)
+                           named_segments, sgp_distances)
 from ..core.methods.base import check_seed
 from .comm import HorovodTorchCommunicator
 
@@ -114,8 +114,11 @@ class CrossoverSGD(_GossipOptimizer):
     named_parameters : optional ``model.named_parameters()``; with it the
         default segments are the top-level modules (the name before the first
         ``.``), without it one segment per parameter tensor.
-    segments : ``None`` (default above) or an integer: that many runs of
-        consecutive parameters of nearly equal size.
+    segments : ``None`` (default above); an integer: that many runs of
+        consecutive parameters of nearly equal size; or a list of name patterns
+        (``fnmatch``; an entry may be a list of patterns), one per segment, e.g.
+        one per ResNet bottleneck for the paper's "fine" split:
+        ``[f"layer{i}.{j}.*" for ...] + ["*"]`` (see ``core.gossip.named_segments``).
     groups : ``None`` (flat: every rank gossips) or ``G`` dividing ``P``:
         hierarchical mode -- ``G`` contiguous groups; gradients are averaged
         inside a group (allreduce in a Horovod process set), only the group
@@ -143,6 +146,10 @@ class CrossoverSGD(_GossipOptimizer):
 
     def _plan(self, segments, named):
         sizes = [p.numel() for p in self.parameters]
+        if isinstance(segments, (list, tuple)):
+            if not named:
+                raise ValueError("segments by name need named_parameters")
+            return named_segments(self.names, segments)
         if segments is not None:
             return balanced_segments(sizes, segments)
         if not named:

@@ -1,6 +1,7 @@
 """Rank program: gossip optimizers on real ranks; saves every step's parameters.
 
-argv: out mode steps lr [segments] -- mode is crossover, hierarchical or sgp.
+argv: out mode steps lr [segments] -- mode is crossover, hierarchical or sgp;
+segments: a count or name patterns (see ``segments_argument``).
 The model is four named tensors in three top-level modules (a, b, c) holding
 dyadic values; gradients are the dyadic test stream, so the numpy reference
 can be matched bit for bit.
@@ -24,9 +25,17 @@ SHAPES = [(6, 5), (6,), (40,), (3, 3)]
 SEED = 11
 
 
+def segments_argument(text):
+    """``"2"``: two balanced runs; ``"a.weight;a.bias+b.*;*"``: name patterns, one
+    segment per ``;``, several patterns of one segment joined by ``+``."""
+    if text.isdigit():
+        return int(text)
+    return [part.split("+") if "+" in part else part for part in text.split(";")]
+
+
 def main():
     out, mode, steps, lr = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    segments = int(sys.argv[5]) if len(sys.argv) > 5 else None
+    segments = segments_argument(sys.argv[5]) if len(sys.argv) > 5 else None
     hvd.init(process_sets="dynamic" if mode == "hierarchical" else None)
     rank, size = hvd.rank(), hvd.size()
     params = [torch.nn.Parameter(torch.from_numpy(v.copy()))
