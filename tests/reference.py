@@ -744,7 +744,22 @@ def draw_derangement(seed, step, segment, members):
             return perm
 
 
-def crossover(params, grads, lr, seed, segments, groups=None):
+def draw_roulette_derangement(seed, step, segment, members):
+    """The authors' Crossover-SGD sampler: member ``i`` in turn picks whom it hears
+    from among the members that are neither itself nor taken (``G - 2`` takes
+    ``G - 1`` if nobody has); returned as whom each member sends to."""
+    rng = np.random.default_rng([seed, step, segment])
+    heard = []
+    for i in range(members):
+        if i == members - 2 and members - 1 not in heard:
+            heard.append(members - 1)
+        else:
+            free = [j for j in range(members) if j != i and j not in heard]
+            heard.append(free[int(rng.integers(len(free)))])
+    return [heard.index(sender) for sender in range(members)]
+
+
+def crossover(params, grads, lr, seed, segments, groups=None, topology="uniform"):
     """Every rank's flat parameters after each step.
 
     ``params[r]`` initial flat vectors, ``grads[t][r]`` flat gradients,
@@ -767,13 +782,35 @@ def crossover(params, grads, lr, seed, segments, groups=None):
         if G >= 2:
             mixed = [leader.copy() for leader in leaders]
             for s, (start, stop) in enumerate(segments):
-                perm = draw_derangement(seed, t, s, G)
+                draw = draw_roulette_derangement if topology == "paper" else draw_derangement
+                perm = draw(seed, t, s, G)
                 for sender in range(G):
                     receiver = perm[sender]
                     mixed[receiver][start:stop] = (np.float32(0.5) * leaders[receiver][start:stop]
                                                    + np.float32(0.5) * leaders[sender][start:stop])
             leaders = mixed
         x = [leaders[r // per].copy() for r in range(P)]
+        history.append([v.copy() for v in x])
+    return history
+
+
+def sgp_one_peer(params, grads, lr):
+    """One peer a step: +1, -1, +2, -2, +4, ... (mod P, repeats skipped), in turn;
+    each rank averages its model with the one it hears."""
+    P = len(params)
+    offsets = []
+    for i in range(P):
+        if 2 ** i > P - 1:
+            break
+        for d in (2 ** i, -(2 ** i)):
+            if all((d - e) % P for e in offsets):
+                offsets.append(d)
+    x = [p.copy() for p in params]
+    history = []
+    for t, step_grads in enumerate(grads):
+        x = [v - np.float32(lr) * g for v, g in zip(x, step_grads)]
+        d = offsets[t % len(offsets)]
+        x = [(x[r] + x[(r - d) % P]) / np.float32(2) for r in range(P)]
         history.append([v.copy() for v in x])
     return history
 

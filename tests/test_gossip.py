@@ -1,13 +1,16 @@
 """Crossover-SGD and SGP through Horovod's alltoall on real ranks, against numpy
 references (bit for bit), plus the plans' properties."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
 import reference
 from gradients import dyadic_gradient
 from horovod_sparse.core.gossip import (balanced_segments, derangement, hierarchical_groups,
-                                        named_segments, sgp_distances)
+                                        named_segments, roulette_derangement, sgp_distances,
+                                        sgp_one_peer_offsets)
 from launch import horovodrun, mpirun
 
 SHAPES = [(6, 5), (6,), (40,), (3, 3)]
@@ -44,8 +47,11 @@ def _expected(mode, size, steps, lr, segments=MODULE_SEGMENTS):
               for r in range(size)] for t in range(steps)]
     if mode == "sgp":
         return reference.sgp(params, grads, lr)
+    if mode == "sgp_one_peer":
+        return reference.sgp_one_peer(params, grads, lr)
     return reference.crossover(params, grads, lr, SEED, segments,
-                               groups=2 if mode == "hierarchical" else None)
+                               groups=2 if mode == "hierarchical" else None,
+                               topology="paper" if mode == "crossover_paper" else "uniform")
 
 
 def _run(launcher, size, tmp_path, mode, steps, lr, segments=None):
@@ -87,6 +93,61 @@ def test_mpirun_three_ranks_match_reference(mode, tmp_path):
     got = _run(mpirun, 3, tmp_path, mode, 6, 0.5, segments=2 if mode == "crossover" else None)
     segments = [(0, 36), (36, 85)]  # two size-balanced runs: a.*, then b.weight + c.weight
     _assert_matches(got, _expected(mode, 3, 6, 0.5, segments))
+
+
+def exact_roulette_probabilities(members):
+    """Every outcome of the authors' sampler with its exact probability, by walking
+    the tree of its choices (``Fraction``s): {whom each member hears: probability}."""
+    outcomes = {}
+
+    def walk(heard, probability):
+        i = len(heard)
+        if i == members:
+            outcomes[tuple(heard)] = outcomes.get(tuple(heard), 0) + probability
+        elif i == members - 2 and members - 1 not in heard:
+            walk(heard + [members - 1], probability)
+        else:
+            free = [j for j in range(members) if j != i and j not in heard]
+            for j in free:
+                walk(heard + [j], probability * Fraction(1, len(free)))
+    walk([], Fraction(1))
+    return outcomes
+
+
+@pytest.mark.parametrize("members", [3, 4, 5])
+def test_paper_topology_draws_the_authors_distribution(members):
+    exact = exact_roulette_probabilities(members)
+    assert sum(exact.values()) == 1
+    draws = 20_000
+    counts = {}
+    for step in range(draws):
+        target = roulette_derangement(SEED, step, 0, members)
+        assert sorted(target) == list(range(members)) and all(
+            target[i] != i for i in range(members))
+        heard = tuple(target.index(i) for i in range(members))
+        counts[heard] = counts.get(heard, 0) + 1
+    assert set(counts) <= set(exact)
+    for outcome, probability in exact.items():
+        assert abs(counts.get(outcome, 0) / draws - float(probability)) < 0.015, outcome
+    if members == 4:  # not uniform over the 9 derangements: 1/12 to 1/6
+        assert (min(exact.values()), max(exact.values())) == (Fraction(1, 12), Fraction(1, 6))
+
+
+def test_sgp_one_peer_offsets():
+    assert [sgp_one_peer_offsets(n) for n in (1, 2, 3, 4, 5, 8, 9)] == [
+        [], [1], [1, -1], [1, -1, 2], [1, -1, 2, -2], [1, -1, 2, -2, 4], [1, -1, 2, -2, 4, -4]]  # 9: +-8 = -+1
+
+
+@pytest.mark.horovod
+def test_sgp_one_peer_matches_reference(tmp_path):
+    got = _run(horovodrun, 4, tmp_path, "sgp_one_peer", 6, 0.5)
+    _assert_matches(got, _expected("sgp_one_peer", 4, 6, 0.5))
+
+
+@pytest.mark.horovod
+def test_paper_topology_matches_reference(tmp_path):
+    got = _run(horovodrun, 4, tmp_path, "crossover_paper", 6, 0.5)
+    _assert_matches(got, _expected("crossover_paper", 4, 6, 0.5))
 
 
 @pytest.mark.horovod

@@ -26,9 +26,9 @@ import torch
 
 from ..core import Layout
 from ..core.exchange import agree
-from ..core.gossip import (balanced_segments, crossover_routes, hierarchical_groups,
-                           named_segments, sgp_distances)
-from ..core.methods.base import check_seed
+from ..core.gossip import (SGP_SCHEDULES, TOPOLOGIES, balanced_segments, crossover_routes,
+                           hierarchical_groups, named_segments, sgp_peer_distances)
+from ..core.methods.base import check_choice, check_seed
 from .comm import HorovodTorchCommunicator
 
 
@@ -125,12 +125,17 @@ class CrossoverSGD(_GossipOptimizer):
         leader steps and gossips with the other leaders, then sends the model to
         its group.  Needs ``hvd.init(process_sets="dynamic")``.
     seed : shared seed of the derangements (no coordination messages).
+    topology : ``"uniform"`` (default: every derangement equally likely) or
+        ``"paper"`` (the authors' sequential sampler, not uniform;
+        ``core.gossip.roulette_derangement``).
     """
 
-    def __init__(self, optimizer, named_parameters=None, segments=None, groups=None, seed=0):
+    def __init__(self, optimizer, named_parameters=None, segments=None, groups=None, seed=0,
+                 topology="uniform"):
         named_parameters = list(named_parameters) if named_parameters is not None else None
         super().__init__(optimizer, named_parameters)
         self.seed = check_seed(seed)
+        self.topology = check_choice("topology", topology, TOPOLOGIES)
         self.segments = self._plan(segments, named_parameters is not None)
         size, rank = hvd.size(), hvd.rank()
         self.groups = hierarchical_groups(size, size if groups is None else groups)
@@ -142,7 +147,7 @@ class CrossoverSGD(_GossipOptimizer):
 
     def configuration(self):
         return (f"CrossoverSGD(segments={self.segments}, groups={len(self.groups)}, "
-                f"seed={self.seed})")
+                f"seed={self.seed}, topology={self.topology!r})")
 
     def _plan(self, segments, named):
         sizes = [p.numel() for p in self.parameters]
@@ -191,7 +196,8 @@ class CrossoverSGD(_GossipOptimizer):
             return
         send_to, receive_from = crossover_routes(self.seed, self.step_count, len(self.segments),
                                                  len(self.leaders),
-                                                 self.leaders.index(self.world.rank))
+                                                 self.leaders.index(self.world.rank),
+                                                 self.topology)
         received = _exchange(self.world,
                              [(self.leaders[j], own) for j, own in zip(send_to, owns)],
                              [(self.leaders[j], own.numel()) for j, own in zip(receive_from, owns)],
@@ -216,11 +222,18 @@ class CrossoverSGD(_GossipOptimizer):
 
 class SGP(_GossipOptimizer):
     """SGP baseline: average with the peers at distances ``3^i`` and ``2*3^i``
-    (``i = t mod (floor(log3(P-1)) + 1)``); the whole model, one alltoall a step."""
+    (``i = t mod (floor(log3(P-1)) + 1)``; ``schedule="two_peer"``, default, as
+    the Crossover-SGD authors ran it) or, ``schedule="one_peer"``, with one peer
+    of the official code's exponential graph (``core.gossip.sgp_one_peer_offsets``);
+    the whole model, one alltoall a step."""
 
-    def __init__(self, optimizer, named_parameters=None):
+    def __init__(self, optimizer, named_parameters=None, schedule="two_peer"):
         super().__init__(optimizer, list(named_parameters) if named_parameters else None)
+        self.schedule = check_choice("schedule", schedule, SGP_SCHEDULES)
         self.members = HorovodTorchCommunicator()
+
+    def configuration(self):
+        return f"SGP(schedule={self.schedule!r})"
 
     def gossip(self):
         comm = self.members
@@ -229,13 +242,13 @@ class SGP(_GossipOptimizer):
         comm.reset_traffic()
         positions = list(range(len(self.parameters)))
         own = self.flatten(positions)
-        distances = sgp_distances(self.step_count, comm.size)
+        distances = sgp_peer_distances(self.step_count, comm.size, self.schedule)
         received = _exchange(comm, [((comm.rank + d) % comm.size, own) for d in distances],
                              [((comm.rank - d) % comm.size, own.numel()) for d in distances], own)
         total = own.clone()
         for other in received:
             total.add_(other)
-        self.unflatten(positions, total.div_(3))
+        self.unflatten(positions, total.div_(len(distances) + 1))
         self.traffic = comm.traffic.totals()
 
 

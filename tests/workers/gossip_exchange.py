@@ -1,6 +1,7 @@
 """Rank program: gossip optimizers on real ranks; saves every step's parameters.
 
-argv: out mode steps lr [segments] -- mode is crossover, hierarchical or sgp;
+argv: out mode steps lr [segments] -- mode is crossover, crossover_paper (the
+authors' topology sampler), hierarchical, sgp or sgp_one_peer;
 segments: a count or name patterns (see ``segments_argument``).
 The model is four named tensors in three top-level modules (a, b, c) holding
 dyadic values; gradients are the dyadic test stream, so the numpy reference
@@ -18,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gradients import dyadic_gradient, split  # noqa: E402
 
 import horovod_sparse.torch as hs  # noqa: E402
-from horovod_sparse.core.gossip import crossover_routes, derangement  # noqa: E402
+from horovod_sparse.core.gossip import TOPOLOGIES, crossover_routes  # noqa: E402
 
 NAMES = ["a.weight", "a.bias", "b.weight", "c.weight"]
 SHAPES = [(6, 5), (6,), (40,), (3, 3)]
@@ -42,12 +43,14 @@ def main():
               for v in split(dyadic_gradient(SEED, 1000, rank, SHAPES), SHAPES)]
     named = list(zip(NAMES, params))
     sgd = torch.optim.SGD(params, lr=lr)
-    if mode == "sgp":
-        optimizer = hs.SGP(sgd, named_parameters=named)
+    if mode in ("sgp", "sgp_one_peer"):
+        optimizer = hs.SGP(sgd, named_parameters=named,
+                           schedule="one_peer" if mode == "sgp_one_peer" else "two_peer")
     else:
         optimizer = hs.CrossoverSGD(sgd, named_parameters=named, segments=segments, seed=SEED,
-                                    groups=2 if mode == "hierarchical" else None)
-    members = len(optimizer.groups) if mode != "sgp" else size
+                                    groups=2 if mode == "hierarchical" else None,
+                                    topology="paper" if mode == "crossover_paper" else "uniform")
+    members = size if mode.startswith("sgp") else len(optimizer.groups)
     flats, routes, perms = [], [], []
     for step in range(steps):
         optimizer.zero_grad()
@@ -56,11 +59,12 @@ def main():
                 p.grad = torch.from_numpy(g.copy())
         optimizer.step()
         flats.append(torch.cat([p.data.reshape(-1) for p in params]).numpy().copy())
-        if mode != "sgp" and members >= 2:
-            perms.append([derangement(SEED, step, s, members) for s in range(len(optimizer.segments))])
+        if not mode.startswith("sgp") and members >= 2:
+            draw = TOPOLOGIES[optimizer.topology]
+            perms.append([draw(SEED, step, s, members) for s in range(len(optimizer.segments))])
             if optimizer.is_leader:
                 routes.append(crossover_routes(SEED, step, len(optimizer.segments), members,
-                                               optimizer.leaders.index(rank)))
+                                               optimizer.leaders.index(rank), optimizer.topology))
     np.savez(os.path.join(out, f"rank{rank}.npz"), params=np.array(flats), size=size,
              perms=np.array(perms), routes=np.array(routes),
              segments=np.array([len(s) for s in getattr(optimizer, "segments", [])]))
