@@ -406,8 +406,9 @@ class GradientExchange:
         """Start a *plain* dense step if there is nothing to add to the gradients
         (the residual is empty after an earlier whole step, no velocity moves, and
         every gradient's dtype is the wire dtype): the framework sends them as
-        they are, and :meth:`end_whole_step` ends the step.  Returns whether it started one; a held gradient sends what the
-        framework hands it, as ``hvd.Compression.none`` would."""
+        they are, and :meth:`end_whole_step` ends the step.  Returns whether it
+        started one; a held gradient sends what the framework hands it, as
+        ``hvd.Compression.none`` would."""
         if not self._flushed or self.sparsifier.momentum:
             return False
         if self._plain_layout[0] is not layout:  # bfloat16, mixed float16: whole steps
@@ -422,8 +423,8 @@ class GradientExchange:
     def whole_gradient(self, position, grad):
         """Write what gradient ``position`` of the layout sends in a whole step -- the
         gradient plus its residual (with momentum correction: the new velocity plus
-        the residual; Nesterov: ``m u + g`` plus the residual) -- into the step's output buffer, and return that slice; the
-        framework allreduces it in place."""
+        the residual; Nesterov: ``m u + g`` plus the residual) -- into the step's
+        output buffer, and return that slice; the framework allreduces it in place."""
         split, aggregate, held = self._whole
         start, stop = split.output_bounds[position]
         if position not in held:

@@ -89,7 +89,6 @@ class DGC(Sparsifier):
             raise TypeError(f"nesterov must be True or False, got {nesterov!r}")
         self.nesterov = nesterov
         self.variant = check_choice("variant", variant, VARIANTS)
-        self.dense_1d = variant == "paper"  # the exchange sends 1-D tensors densely
         self.momentum = check_momentum(momentum)
         if nesterov and not self.momentum:
             raise ValueError("nesterov=True needs momentum > 0")
@@ -103,6 +102,11 @@ class DGC(Sparsifier):
         self.warmup_steps = warmup_steps
         self.warmup_densities = tuple(check_density(d) for d in warmup_densities)
         self.seed = check_seed(seed)
+
+    @property
+    def dense_1d(self):
+        """The paper variant sends 1-D tensors densely (the exchange's dense part)."""
+        return self.variant == "paper"
 
     def density_at(self, step):
         """The warm-up schedule's density at ``step``."""
