@@ -32,6 +32,12 @@ bench: install
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.001
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --methods none,deft,deft/paper \
 		--epochs 12 --page deft_budget
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.01 \
+		--methods none,dgc,dgc/paper --epochs 12 --page dgc_paper
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.001 \
+		--methods gssgd,gssgd:columns=1360,gssgd:columns=5440,gssgd:rows=11,gssgd:rows=12 \
+		--page gssgd_sketch_size
+	$(PY) benchmarks/sketch_recall.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --framework tensorflow
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/convergence.py --task charlm --density 0.01
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/convergence.py --task charlm --density 0.001
@@ -39,6 +45,8 @@ bench: install
 		--compression none,topk,gtopk,randomk,threshold,dgc,cltk,gssgd,micro,exdyna,deft
 	$(PY) benchmarks/multihost.py --rates 1gbit,10gbit
 	$(PY) benchmarks/multihost.py --fallback
+	$(PY) benchmarks/multihost.py --rates 1gbit --methods none,gtopk,gssgd,gssgd/tree \
+		--page gssgd_multihost
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/threshold_control.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/gossip.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/gossip.py --task charlm

@@ -1,5 +1,6 @@
-"""Plumbing the benchmarks share: timing and the one-rank-per-core rule."""
+"""Plumbing the benchmarks share: benchmark rows, timing and the one-rank-per-core rule."""
 
+import ast
 import os
 import time
 
@@ -8,7 +9,27 @@ from horovod_sparse.core import available, create
 # Benchmark rows for a method's variants: "method/variant" -> (method, options).
 VARIANTS = {"topk/union": ("topk", {"variant": "union"}),
             "deft/paper": ("deft", {"budget": "paper"}),
-            "dgc/paper": ("dgc", {"variant": "paper"})}
+            "dgc/paper": ("dgc", {"variant": "paper"}),
+            "gssgd/tree": ("gssgd", {"merge": "tree"})}
+
+
+def row_options(row):
+    """``(method, options)`` of a benchmark row: a method's name, a ``VARIANTS``
+    key, or ``method:key=value[:key=value...]`` (values as Python literals,
+    e.g. ``gssgd:columns=1360``)."""
+    if row in VARIANTS:
+        return VARIANTS[row]
+    method, *settings = row.split(":")
+    options = {}
+    for setting in settings:
+        key, equals, value = setting.partition("=")
+        if not equals:
+            raise SystemExit(f"{row}: expected method:key=value, got {setting!r}")
+        try:
+            options[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            options[key] = value
+    return method, options
 
 
 def method_rows():
@@ -18,8 +39,8 @@ def method_rows():
 
 
 def create_row(row, **hyperparameters):
-    """The sparsifier of a benchmark row: a method's name or a ``VARIANTS`` key."""
-    method, options = VARIANTS.get(row, (row, {}))
+    """The sparsifier of a benchmark row (see :func:`row_options`)."""
+    method, options = row_options(row)
     return create(method, **options, **hyperparameters)
 
 

@@ -12,7 +12,8 @@ Keras ``fit``, dense and ExDyna by default) the files are
 ``docs/convergence_keras_<density>.*``; ``--page NAME`` writes
 ``docs/NAME.*`` instead (a comparison that is not the main page).  A method
 may be a variant row of ``benchmarks/common.py`` (``topk/union``,
-``deft/paper``: the method with its paper-mode setting).  With ``--task charlm`` (the
+``deft/paper``: the method with its paper-mode setting) or a method with
+settings, ``gssgd:columns=1360:rows=7``.  With ``--task charlm`` (the
 character-level LSTM of ``examples/charlm.py`` on the standard library's
 sources, PyTorch) the files are ``docs/charlm_<density>.*``: validation bits
 per character every 50 steps instead of accuracy per epoch.  ``--quick``
@@ -33,12 +34,12 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 DOCS = os.path.join(ROOT, "docs")
 
-from common import VARIANTS  # noqa: E402
+from common import row_options  # noqa: E402
 
 
 def trainer(args):
     """``(horovod module, train(row) -> summary)`` for the task and framework; a
-    row is a method or one of ``common.VARIANTS``."""
+    row is a method, a variant or ``method:key=value`` (``common.row_options``)."""
     if args.framework == "tensorflow":
         from digits_keras import hvd, train as fit
 
@@ -58,7 +59,7 @@ def trainer(args):
             return run_epochs(method, density, epochs=args.epochs, **options)
 
     def train_row(row):
-        method, options = VARIANTS.get(row, (row, {}))
+        method, options = row_options(row)
         if options and args.framework == "tensorflow":
             raise SystemExit(f"{row}: variant rows run on PyTorch only")
         return {**train(method, args.density, verbose=False, **options), "method": row}

@@ -10,8 +10,8 @@ from host 1, so every allreduce and allgather crosses the link.  ``R``
 (``--ranks-per-host``) defaults to one rank per core of a host: the two
 emulated hosts share this machine's cores, so 1 here on 2 cores.  Writes
 ``docs/multihost.md`` (total img/sec, speed-up over dense, step breakdown,
-bytes per step, per rate) and ``docs/multihost.png``; the bed is taken down
-at the end.  ``--quick`` runs dense and ExDyna on the small model, unshaped,
+bytes per step, per rate) and ``docs/multihost.png`` (``--page NAME``:
+``docs/NAME.*``); the bed is taken down at the end.  ``--quick`` runs dense and ExDyna on the small model, unshaped,
 and writes nothing.  ``--demo`` (``make demo``'s second part) runs dense and
 ExDyna at 1 Gbit/s, prints img/s and loss side by side and writes nothing;
 without root it says how to see it instead.  ``--fallback`` runs dense,
@@ -95,8 +95,11 @@ def write(results, args):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    page = args.page or "multihost"
+    options = f" --methods {args.methods} --page {page}" if args.page else ""
     lines = ["# Across two hosts", "",
-             f"`python benchmarks/multihost.py --rates {args.rates} --density {args.density}` "
+             f"`python benchmarks/multihost.py --rates {args.rates} --density {args.density}"
+             f"{options}` "
              f"(as root; {platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}). "
              "Two emulated hosts (network namespaces with sshd, `tests/multihost/testbed.py`) "
              f"joined by a veth link shaped with `tc tbf` on both ends; {args.ranks_per_host} "
@@ -124,8 +127,8 @@ def write(results, args):
                          f"{r['selection_x_read']:.1f} | {r['extra_other_x_accumulate']:.1f} | "
                          f"{r['bytes_per_step']:,.0f} |")
         lines.append("")
-    lines += ["![throughput](multihost.png)", ""]
-    with open(os.path.join(DOCS, "multihost.md"), "w") as f:
+    lines += [f"![throughput]({page}.png)", ""]
+    with open(os.path.join(DOCS, f"{page}.md"), "w") as f:
         f.write("\n".join(lines))
     figure, axis = plt.subplots(figsize=(8, 4))
     methods = [r["method"] for r in next(iter(results.values()))]
@@ -139,7 +142,7 @@ def write(results, args):
              title="27.2M-parameter MLP across two hosts")
     axis.legend(title="link")
     figure.tight_layout()
-    figure.savefig(os.path.join(DOCS, "multihost.png"), dpi=100)
+    figure.savefig(os.path.join(DOCS, f"{page}.png"), dpi=100)
 
 
 def demo(results):
@@ -210,6 +213,7 @@ def main():
     parser.add_argument("--iters", type=int, default=4)
     parser.add_argument("--ranks-per-host", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                         help="default: one per core of an emulated host (the two share the cores)")
+    parser.add_argument("--page", help="write docs/PAGE.* instead of docs/multihost.*")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--demo", action="store_true")
     parser.add_argument("--fallback", action="store_true",
@@ -231,8 +235,8 @@ def main():
         for rate in args.rates.split(","):
             bring_up(rate)
             results[rate] = relative_to_floors(
-                [run(m, args, os.path.join(scratch, f"{rate}-{m}.json"))
-                 for m in args.methods.split(",")])
+                [run(m, args, os.path.join(scratch, f"{rate}-{i}.json"))
+                 for i, m in enumerate(args.methods.split(","))])
     if args.demo:
         demo(results["1gbit"])
     elif not args.quick:

@@ -41,7 +41,7 @@ import horovod.torch as hvd
 
 import horovod_sparse
 import horovod_sparse.torch as hs
-from common import best_ms, oversubscription_note, relative_to_floors
+from common import best_ms, oversubscription_note, relative_to_floors, row_options
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
 MODELS = {"wide": (4096, [4096, 2048], 1000), "small": (64, [256, 256], 10)}
@@ -79,8 +79,9 @@ def benchmark(args, method):
     named = list(model.named_parameters())
     compression = hvd.Compression.none
     if method != "none":
-        compression = hs.Compression.create(method, density=args.density,
-                                            named_parameters=named, fallback=args.fallback)
+        name, options = row_options(method)
+        compression = hs.Compression.create(name, density=args.density, named_parameters=named,
+                                            fallback=args.fallback, **options)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.001),
                                          named_parameters=named, compression=compression)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)

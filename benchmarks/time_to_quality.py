@@ -150,8 +150,8 @@ def main():
     with test_bed("time_to_quality"), tempfile.TemporaryDirectory() as scratch:
         for rate in args.rates.split(","):
             bring_up(rate)
-            results[rate] = [train(m, args, os.path.join(scratch, f"{rate}-{m}.json"))
-                             for m in args.methods.split(",")]
+            results[rate] = [train(m, args, os.path.join(scratch, f"{rate}-{i}.json"))
+                             for i, m in enumerate(args.methods.split(","))]
     if not args.quick:
         write(results, args)
 

@@ -4,8 +4,9 @@ Each function simulates ``P`` workers in one process with plain loops over
 workers and coordinates, written from the methods' specifications
 (docs/methods.md, docs/methods/) without using
 ``horovod_sparse``.  Input: ``grads[t][r]``, the flat float32 gradient of
-worker ``r`` at step ``t`` (``sizes`` gives the per-tensor split where a
-method needs it).  Output: one record per step with the averaged aggregate,
+worker ``r`` at step ``t``, the model's tensor ``shapes`` and the core's own
+keyword arguments (:data:`REFERENCES`: one per method name, called by
+:func:`run`).  Output: one record per step with the averaged aggregate,
 every worker's residual, and the method's control state.
 
 Arithmetic is float32 like the real path; tests feed dyadic gradients (whole
@@ -45,7 +46,7 @@ def _record(aggregate, residuals, **state):
 
 
 # -- Top-k ---------------------------------------------------------------------
-def topk(grads, density, variant="gather"):
+def topk(grads, density, shapes, variant="gather"):
     """``"gather"``: each worker's list added, value / P, in worker order; a worker
     zeroes what it sent.  ``"union"``: every worker's acc summed at the union of
     the lists, / P; every worker zeroes the whole union."""
@@ -290,9 +291,10 @@ def exclusive(grads, density, control="adaptive", rebalance=None, initial="estim
 
 
 # -- DEFT ----------------------------------------------------------------------
-def deft(grads, density, sizes, budget="exact"):
+def deft(grads, density, shapes, budget="exact"):
     """``budget="paper"``: the released code's budgets (every segment at least 1,
     nothing handed on; the total may exceed k)."""
+    sizes = [int(np.prod(shape)) for shape in shapes]
     P, n = len(grads[0]), grads[0][0].size
     k = k_of(density, n)
     paper = budget == "paper"
@@ -376,7 +378,7 @@ def deft(grads, density, sizes, budget="exact"):
 
 
 # -- baselines with a shared union: Random-k, hard threshold, CLT-k --------------
-def randomk(grads, density, seed=0):
+def randomk(grads, density, shapes, seed=0):
     P, n = len(grads[0]), grads[0][0].size
     k = k_of(density, n)
     residuals = [np.zeros(n, np.float32) for _ in range(P)]
@@ -390,7 +392,7 @@ def randomk(grads, density, seed=0):
     return records
 
 
-def hard_threshold(grads, density, threshold=None):
+def hard_threshold(grads, density, shapes, threshold=None):
     P, n = len(grads[0]), grads[0][0].size
     k = k_of(density, n)
     thr = threshold if threshold is not None else 1 / (2 * math.sqrt(k))
@@ -407,7 +409,7 @@ def hard_threshold(grads, density, threshold=None):
     return records
 
 
-def cltk(grads, density):
+def cltk(grads, density, shapes):
     P, n = len(grads[0]), grads[0][0].size
     k = min(k_of(density, n), n)
     residuals = [np.zeros(n, np.float32) for _ in range(P)]
@@ -424,7 +426,7 @@ def cltk(grads, density):
 
 
 # -- gTop-k ----------------------------------------------------------------------
-def gtopk(grads, density):
+def gtopk(grads, density, shapes):
     """Binary tree of pairwise merges toward worker 0; values then summed from every
     worker's own local selections on the final set (our Decision, docs/methods.md)."""
     P, n = len(grads[0]), grads[0][0].size
@@ -496,9 +498,9 @@ def warmup_density(t, density, warmup_steps, warmup_densities):
     return density
 
 
-def dgc(grads, density, momentum=0.9, sample_ratio=0.01, overshoot=1.3, clip_norm=None,
-        warmup_steps=0, warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0,
-        nesterov=False):
+def dgc_model(grads, density, shapes, momentum=0.9, sample_ratio=0.01, overshoot=1.3,
+              clip_norm=None, warmup_steps=0, warmup_densities=(0.25, 0.0625, 0.015625, 0.004),
+              seed=0, nesterov=False):
     P, n = len(grads[0]), grads[0][0].size
     velocities = [np.zeros(n, np.float32) for _ in range(P)]
     residuals = [np.zeros(n, np.float32) for _ in range(P)]
@@ -655,28 +657,32 @@ def dgc_paper(grads, density, shapes, momentum=0.9, sample_ratio=0.01, overshoot
     return records
 
 
-def gssgd(grads, density, rows=5, columns=None, candidates=4, momentum=0.9, seed=0):
+def gssgd(grads, density, shapes, rows=None, columns=None, candidates=4, momentum=0.9, seed=0,
+          merge="allreduce"):
     P, n = len(grads[0]), grads[0][0].size
     k = min(k_of(density, n), n)
+    rows = rows if rows is not None else max(3, math.ceil(math.log2(n) / 4))
     C = columns if columns is not None else 4 * k
     prime = 2 ** 31 - 1
-    coefficients = np.random.default_rng(seed).integers(1, prime, size=(rows, 4)).tolist()
-    bucket = [[((a * i + b) % prime) % C for i in range(n)] for a, b, _, _ in coefficients]
-    sign = [[1 if ((c * i + d) % prime) % 2 == 0 else -1 for i in range(n)]
-            for _, _, c, d in coefficients]
+    coefficients = np.random.default_rng(seed).integers(1, prime, size=(rows, 6)).tolist()
+    bucket = [[((a * i + b) % prime) * C // 2 ** 31 for i in range(n)]
+              for a, b, *_ in coefficients]
+    sign = [[-1 if (c * i ** 3 + d * i ** 2 + e * i + f) % prime % 2 else 1 for i in range(n)]
+            for _, _, c, d, e, f in coefficients]
     velocities = [np.zeros(n, np.float32) for _ in range(P)]
     residuals = [np.zeros(n, np.float32) for _ in range(P)]
     records = []
     for step_grads in grads:
         velocities = [np.float32(momentum) * u + g for u, g in zip(velocities, step_grads)]
         accs = [v + u for v, u in zip(residuals, velocities)]
-        table = np.zeros((rows, C), np.float32)
-        for acc in accs:  # the sum of the workers' sketches, in rank order
+        sketches = []
+        for acc in accs:
             sketch = np.zeros((rows, C), np.float32)
             for r in range(rows):
                 for i in range(n):
                     sketch[r, bucket[r][i]] = np.float32(sketch[r, bucket[r][i]] + sign[r][i] * acc[i])
-            table = table + sketch
+            sketches.append(sketch)
+        table = sum_sketches(sketches, merge)
         top = float(np.abs(table).max())
         rungs = [0.0] + sorted(math.ldexp(top * (1 - f / 16), -o) for o in range(40) for f in range(8))
         shares = even_partitions(n, P)
@@ -712,27 +718,48 @@ def gssgd(grads, density, rows=5, columns=None, candidates=4, momentum=0.9, seed
     return records
 
 
+def sum_sketches(sketches, merge):
+    """The ranks' summed sketch: in rank order (allreduce), or pairwise over a
+    tree (rank r adds rank r XOR 2^j's partial sum in round j), then checked
+    to be the same on every rank."""
+    if merge == "allreduce":
+        return sum(sketches[1:], sketches[0])
+    partial = list(sketches)
+    distance = 1
+    while distance < len(partial):
+        partial = [partial[r] + partial[r ^ distance] for r in range(len(partial))]
+        distance *= 2
+    assert all(np.array_equal(table, partial[0]) for table in partial)
+    return partial[0]
+
+
+def micro(grads, density, shapes, threshold_control="adaptive", initial_threshold="estimate",
+          allgather="exact"):
+    """MiCRO (``allgather="padded"`` changes the traffic only, not what arrives)."""
+    return exclusive(grads, density, control=threshold_control, initial=initial_threshold)
+
+
+def exdyna(grads, density, shapes, threshold_control="adaptive", rebalance="proportional",
+           blocks=1024, initial_threshold="estimate", allgather="exact"):
+    return exclusive(grads, density, control=threshold_control, rebalance=rebalance,
+                     initial=initial_threshold, blocks=blocks)
+
+
+def dgc(grads, density, shapes, variant="model", **options):
+    """DGC over the whole model, or per tensor as the released code (``"paper"``)."""
+    return (dgc_paper if variant == "paper" else dgc_model)(grads, density, shapes, **options)
+
+
+REFERENCES = {"topk": topk, "micro": micro, "exdyna": exdyna, "deft": deft, "gtopk": gtopk,
+              "randomk": randomk, "threshold": hard_threshold, "dgc": dgc, "cltk": cltk,
+              "gssgd": gssgd}
+
+
 def run(method, grads, density, shapes, **options):
-    """The reference of ``method`` with the core's keyword arguments; ``shapes``:
-    the model's tensor shapes, in the flat vector's order."""
-    sizes = [int(np.prod(shape)) for shape in shapes]
-    if method == "dgc" and options.get("variant") == "paper":
-        return dgc_paper(grads, density, shapes,
-                         **{key: value for key, value in options.items() if key != "variant"})
-    if method == "topk":
-        return topk(grads, density, **options)
-    if method in ("micro", "exdyna"):
-        # allgather="padded" changes the traffic only, not what arrives
-        return exclusive(grads, density, control=options.get("threshold_control", "adaptive"),
-                         rebalance=options.get("rebalance", "proportional")
-                         if method == "exdyna" else None,
-                         initial=options.get("initial_threshold", "estimate"),
-                         blocks=options.get("blocks", 1024))
-    if method == "deft":
-        return deft(grads, density, sizes, **options)
-    baselines = {"gtopk": gtopk, "randomk": randomk, "threshold": hard_threshold, "dgc": dgc,
-                 "cltk": cltk, "gssgd": gssgd}
-    return baselines[method](grads, density, **options)
+    """The reference of ``method``, called with the core's own keyword arguments;
+    ``shapes``: the model's tensor shapes, in the flat vector's order (every
+    reference takes them; DEFT and DGC's paper variant read them)."""
+    return REFERENCES[method](grads, density, shapes, **options)
 
 
 # -- gossip (Crossover-SGD, SGP) ---------------------------------------------------

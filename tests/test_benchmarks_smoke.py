@@ -19,6 +19,28 @@ def test_selection_cost_quick():
             "deft"} <= set(header) and "200,000" in out
 
 
+def test_sketch_recall_quick():
+    out = subprocess.run([sys.executable, "benchmarks/sketch_recall.py", "--quick"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert [line.split(":")[1].strip() for line in out.splitlines() if line.startswith("step 5")] \
+        == ["C = 4k = 340", "C = 16k = 1,360", "C = 64k = 5,440"]
+    assert "test accuracy" in out
+
+
+def test_benchmark_rows_name_variants_and_settings():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from common import row_options
+    finally:
+        sys.path.pop(0)
+    assert row_options("exdyna") == ("exdyna", {})
+    assert row_options("deft/paper") == ("deft", {"budget": "paper"})
+    assert row_options("gssgd:columns=1360:merge=tree") == ("gssgd", {"columns": 1360,
+                                                                       "merge": "tree"})
+    with pytest.raises(SystemExit, match="key=value"):
+        row_options("gssgd:columns")
+
+
 @pytest.mark.horovod
 @pytest.mark.parametrize("task", [["--framework", "torch"], ["--framework", "tensorflow"],
                                   ["--task", "charlm"]], ids=["torch", "tensorflow", "charlm"])

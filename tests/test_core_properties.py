@@ -9,6 +9,7 @@ from horovod_sparse import available, create
 from horovod_sparse.core import checkpoint
 from horovod_sparse.core import (GradientExchange, Layout, ModelMismatchError, NonFiniteGradientError,
                                  NumpyOps, run_simulated)
+from horovod_sparse.core.methods.base import REGISTRY, Sparsifier
 from horovod_sparse.core.methods.deft import deft_budgets, deft_paper_budgets
 from horovod_sparse.core.partition import BlockPartition
 
@@ -322,6 +323,27 @@ def test_bad_configuration_names_the_parameter(name, options, error, match):
         create(name, **options)
 
 
+def test_a_method_registers_itself_by_its_name():
+    """A new method is one class: defining it registers it for ``create`` and
+    ``available``; a second class under a taken name is refused, and
+    ``register=False`` keeps a test double out."""
+    class EveryCoordinate(Sparsifier):
+        name = "every_coordinate_test"
+
+    class Double(Sparsifier, register=False):
+        name = "double_test"
+
+    try:
+        assert "every_coordinate_test" in available() and "double_test" not in available()
+        assert isinstance(create("every_coordinate_test", density=0.5), EveryCoordinate)
+        with pytest.raises(TypeError, match="both named 'every_coordinate_test'"):
+            class Impostor(Sparsifier):
+                name = "every_coordinate_test"
+    finally:
+        REGISTRY.pop("every_coordinate_test")
+    assert "every_coordinate_test" not in available()
+
+
 def test_bad_nonfinite_policy_is_named():
     with pytest.raises(ValueError, match="nonfinite"):
         GradientExchange(create("topk"), NumpyOps(), None, nonfinite="ignore")
@@ -336,6 +358,7 @@ def test_bad_nonfinite_policy_is_named():
     ("dgc", {"overshoot": 0.9}, "overshoot"), ("dgc", {"clip_norm": 0}, "clip_norm"),
     ("dgc", {"warmup_steps": -1}, "warmup_steps"), ("dgc", {"warmup_densities": (2.0,)}, "density"),
     ("threshold", {"threshold": -1.0}, "threshold"), ("cltk", {"seed": 1}, "seed"),
+    ("gssgd", {"merge": "ring"}, "merge"),
 ])
 def test_baseline_configuration_errors_name_the_parameter(method, options, parameter):
     with pytest.raises((TypeError, ValueError), match=parameter):

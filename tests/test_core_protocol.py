@@ -70,7 +70,7 @@ def test_every_method_exchanges_the_header_first(method):
     assert run_simulated(2, worker) == [True, True]
 
 
-class _PayloadFirst(Sparsifier):
+class _PayloadFirst(Sparsifier, register=False):
     name = "payload_first"
 
     def exchange(self, acc, context):
@@ -171,18 +171,21 @@ def test_indices_travel_as_int32_only_when_every_position_fits(n, wire):
 
 
 def documented_rounds():
-    """``{method: (first step, later steps)}`` from docs/design.md's rounds table."""
+    """``{(method, option): (first step, later steps)}`` from docs/design.md's
+    rounds table; ``option`` is ``None`` or a row's ``(name, value)`` setting."""
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
                         "design.md")
     with open(path) as f:
         text = f.read().split("## Collective rounds per step", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| (\w+) \| (\d+) \| (\d+) \|", text, flags=re.M)
-    return {method: (int(first), int(later)) for method, first, later in rows}
+    rows = re.findall(r'^\| (\w+)(?:, `(\w+)="(\w+)"`)? \| (\d+) \| (\d+) \|', text, flags=re.M)
+    return {(method, (key, value) if key else None): (int(first), int(later))
+            for method, key, value, first, later in rows}
 
 
 def test_rounds_per_step_are_the_documented_ones():
-    def worker(comm, method):
-        exchange = GradientExchange(create(method, density=0.05), NumpyOps(), comm)
+    def worker(comm, method, option):
+        options = dict([option]) if option else {}
+        exchange = GradientExchange(create(method, density=0.05, **options), NumpyOps(), comm)
         rounds = []
         for step in range(3):
             flat = dyadic_gradient(0, step, comm.rank)
@@ -191,7 +194,7 @@ def test_rounds_per_step_are_the_documented_ones():
         return rounds[0], rounds[2]
 
     documented = documented_rounds()
-    assert set(documented) == set(available())
-    for method in available():
-        counted = run_simulated(4, lambda comm: worker(comm, method))
-        assert counted == [documented[method]] * 4, method
+    assert {method for method, option in documented if option is None} == set(available())
+    for (method, option), rounds in documented.items():
+        counted = run_simulated(4, lambda comm: worker(comm, method, option))
+        assert counted == [rounds] * 4, (method, option)

@@ -21,6 +21,21 @@ def test_skewed_stream_matches_reference(method, options):
     assert_matches_reference(method, options, run_core(method, options, grads, 0.05), grads, 0.05)
 
 
+GSSGD_TREE = {"momentum": 0.5, "merge": "tree", "rows": 5}
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_gssgd_tree_merge_matches_reference(size):
+    grads = stream(seed=7, steps=20, size=size)
+    assert_matches_reference("gssgd", GSSGD_TREE, run_core("gssgd", GSSGD_TREE, grads, 0.02),
+                             grads, 0.02)
+
+
+def test_gssgd_tree_merge_refuses_three_ranks_before_any_collective():
+    with pytest.raises(ValueError, match="power-of-two number of ranks"):
+        run_core("gssgd", GSSGD_TREE, stream(seed=7, steps=1, size=3), 0.02)
+
+
 PAPER_MODES = [("micro", {"threshold_control": "paper", "initial_threshold": "paper"}),
                ("exdyna", {"threshold_control": "paper", "rebalance": "paper",
                            "initial_threshold": "paper", "blocks": 16})]

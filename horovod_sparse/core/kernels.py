@@ -13,11 +13,20 @@ kernels keep each phase at one pass:
   which on a small model's step costs more than the read;
 * :func:`abs_ge_indices` finds ``|x_i| >= t`` with one vectorized read: it
   counts the hits of each 64-element block, and only a block with a hit
-  (still in L1) is read again to write its indices.
+  (still in L1) is read again to write its indices;
+* :func:`count_abs_ge_each` counts ``|x_i| >= t_j`` for a whole ladder of
+  thresholds in one read (each element starts at the first rung of its
+  float's exponent-and-top-mantissa key and steps over the few rungs inside
+  it), where sorting the magnitudes would cost ``m log m``;
+* :func:`sketch_encode` and :func:`sketch_estimate` add a vector into a Count
+  Sketch and read its estimates back (:mod:`horovod_sparse.core.sketch`),
+  hashing each coordinate once per row in registers: no index or sign vector
+  is materialized.
 
 Without numba (it could not be imported), and for float16 which numba lacks,
 the same functions run as chunked numpy code: same results, about twice the
-time.
+time (the sketch then takes :class:`~horovod_sparse.core.sketch.CountSketch`'s
+generic path).
 """
 
 import numpy as np
@@ -31,6 +40,40 @@ BLOCK = 64        # elements per block of the scan: a cache line's worth of floa
 BLOCKS_PER_CHUNK = 4096  # blocks whose hit counts are held at once (32 KiB)
 SCAN_CHUNK = 1 << 16  # elements per step of the numpy scan
 _COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no float16
+KEY_SHIFT = 20  # float32 bits >> 20: the exponent and 3 mantissa bits (8 keys an octave)
+HASH_PRIME = 2 ** 31 - 1  # the sketch's Mersenne modulus: products of two residues fit in int64
+
+
+def mersenne_mod(x):
+    """``x mod (2**31 - 1)`` for ``0 <= x < 2**62`` by two folds and one subtraction
+    (no division); works on Python ints, numpy int64 arrays and inside numba."""
+    x = (x & HASH_PRIME) + (x >> 31)
+    x = (x & HASH_PRIME) + (x >> 31)
+    return x - HASH_PRIME * (x >= HASH_PRIME)
+
+
+def sketch_hash(i, a, b, c3, c2, c1, c0, columns):
+    """Bucket and sign bit of coordinate ``i`` in one Count Sketch row:
+    ``h(i) = floor(((a i + b) mod p) C / 2**31)`` (pairwise independent, range
+    reduced by a multiply and a shift instead of ``mod C``) and the low bit of
+    ``((c3 i + c2) i + c1) i + c0 mod p`` (a degree-3 polynomial: 4-wise
+    independent signs, as Sketched-SGD's ``CSVec``); ``p = 2**31 - 1``,
+    ``i < p``, coefficients in ``[1, p)``."""
+    bucket = (mersenne_mod(a * i + b) * columns) >> 31
+    parity = mersenne_mod(mersenne_mod(mersenne_mod(c3 * i + c2) * i + c1) * i + c0) & 1
+    return bucket, parity
+
+
+if numba is not None:  # the same two functions, inlined into the kernels below
+    mersenne_mod = numba.njit(inline="always")(mersenne_mod)
+    sketch_hash = numba.njit(inline="always")(sketch_hash)
+
+
+def sketch_positions(start, stop, coefficients, columns):
+    """Numpy :func:`sketch_hash` of the coordinates ``[start, stop)`` for one row's
+    six ``coefficients``: (int64 buckets, int64 sign bits; 1 means ``-1``)."""
+    positions = np.arange(start, stop, dtype=np.int64)
+    return sketch_hash(positions, *(np.int64(c) for c in coefficients), np.int64(columns))
 
 
 def _numpy_abs_ge_indices(x, threshold, start, stop):
@@ -147,6 +190,99 @@ if numba is not None:
         for i in range(acc.size):
             nonfinite += (bits[i] & 0x7F800000) == 0x7F800000
         return nonfinite == 0
+
+
+    @numba.njit(inline="always")
+    def _row(coefficients, r):
+        return (coefficients[r, 0], coefficients[r, 1], coefficients[r, 2], coefficients[r, 3],
+                coefficients[r, 4], coefficients[r, 5])
+
+    @_jit
+    def _compiled_count_abs_ge_each(bits, rungs, first_rung):
+        per_bucket = np.zeros(rungs.size + 1, np.int64)  # bucket b: b rungs are <= |x_i|
+        for i in range(bits.size):
+            magnitude_bits = bits[i] & 0x7FFFFFFF
+            bucket = first_rung[magnitude_bits >> KEY_SHIFT]
+            magnitude = np.int32(magnitude_bits).view(np.float32)
+            while bucket < rungs.size and rungs[bucket] <= magnitude:
+                bucket += 1
+            per_bucket[bucket] += 1
+        counts = np.zeros(rungs.size, np.int64)
+        above = 0
+        for j in range(rungs.size - 1, -1, -1):  # the count at rung j: buckets above j
+            above += per_bucket[j + 1]
+            counts[j] = above
+        return counts
+
+    @_jit
+    def _compiled_sketch_encode(x, coefficients, columns, table):
+        rows = coefficients.shape[0]
+        chunk = 1024
+        hashed = np.empty(chunk, np.int64)  # (bucket << 1) | sign bit of one row's chunk
+        for first in range(0, x.size, chunk):
+            last = min(first + chunk, x.size)
+            for r in range(rows):
+                a, b, c3, c2, c1, c0 = _row(coefficients, r)
+                for j in range(last - first):  # vectorizes: the hashing is pure arithmetic
+                    bucket, parity = sketch_hash(first + j, a, b, c3, c2, c1, c0, columns)
+                    hashed[j] = (bucket << 1) | parity
+                base = r * columns
+                for j in range(last - first):
+                    value = x[first + j]
+                    table[base + (hashed[j] >> 1)] += -value if hashed[j] & 1 else value
+
+    @_jit
+    def _compiled_sketch_estimate(table, start, stop, coefficients, columns, out):
+        rows = coefficients.shape[0]
+        chunk = 1024
+        values = np.empty((rows, chunk), table.dtype)  # sign * bucket, a row per hash row
+        for first in range(start, stop, chunk):
+            size = min(first + chunk, stop) - first
+            for r in range(rows):
+                a, b, c3, c2, c1, c0 = _row(coefficients, r)
+                for j in range(size):
+                    bucket, parity = sketch_hash(first + j, a, b, c3, c2, c1, c0, columns)
+                    value = table[r * columns + bucket]
+                    values[r, j] = -value if parity else value
+            for round_ in range(rows):  # odd-even transposition sort down the rows
+                for r in range(round_ % 2, rows - 1, 2):
+                    for j in range(size):
+                        low, high = values[r, j], values[r + 1, j]
+                        values[r, j], values[r + 1, j] = min(low, high), max(low, high)
+            out[first - start:first - start + size] = values[(rows - 1) // 2, :size]
+
+
+def count_abs_ge_each(x, thresholds):
+    """int64 counts of ``|x_i| >= t`` for each of the ascending ``thresholds``
+    (compared in ``x``'s precision), in one read of ``x``."""
+    rungs = np.asarray(thresholds).astype(x.dtype)
+    if numba is None or x.dtype != np.float32 or not x.flags.c_contiguous:
+        magnitude = np.sort(np.abs(x))
+        return (magnitude.size - np.searchsorted(magnitude, rungs, side="left")).astype(np.int64)
+    # The rungs below the smallest float of each key (exponent and top mantissa bits):
+    # an element starts its search there and steps over the few rungs inside its key.
+    key_floors = (np.arange(1 << (31 - KEY_SHIFT), dtype=np.int32) << KEY_SHIFT).view(np.float32)
+    first_rung = np.searchsorted(rungs, key_floors, side="left").astype(np.int64)
+    return _compiled_count_abs_ge_each(x.view(np.int32), rungs, first_rung)
+
+
+def sketch_compiled(x):
+    """Whether the compiled sketch kernels take the host vector ``x``."""
+    return numba is not None and x.dtype == np.float32 and x.flags.c_contiguous
+
+
+def sketch_encode(x, coefficients, columns, table):
+    """Add the float32 vector ``x`` (coordinates ``0..x.size-1``) into the flat
+    Count Sketch ``table`` (``rows x columns``, row-major) in place; each bucket
+    sums its coordinates in ascending order."""
+    _compiled_sketch_encode(x, coefficients, np.int64(columns), table)
+
+
+def sketch_estimate(table, start, stop, coefficients, columns):
+    """Lower median over rows of ``sign * bucket`` for the coordinates ``[start, stop)``."""
+    out = np.empty(stop - start, table.dtype)
+    _compiled_sketch_estimate(table, start, stop, coefficients, np.int64(columns), out)
+    return out
 
 
 def abs_ge_indices(x, threshold, start, stop):

@@ -182,6 +182,11 @@ class ArrayOps:
         """A numpy copy of a (small) vector."""
         raise NotImplementedError
 
+    def host_view(self, x):
+        """``x``'s own memory as a writable numpy array where the framework can share
+        it (a CPU vector), else ``None``: compiled host kernels then run on it."""
+        return None
+
     def from_host(self, array, like):
         """A vector on ``like``'s device holding the numpy ``array``."""
         raise NotImplementedError
@@ -214,14 +219,6 @@ class ArrayOps:
         """``dense[indices] += values`` in place, repeated indices summed in order."""
         raise NotImplementedError
 
-    def hash_range(self, start, stop, a, b, buckets, like):
-        """int64 ``((a * i + b) mod (2**31 - 1)) mod buckets`` for ``i`` in ``[start, stop)``."""
-        raise NotImplementedError
-
-    def hash_signs(self, start, stop, a, b, like):
-        """``+1`` or ``-1`` (``like``'s dtype) by the parity of :meth:`hash_range`'s value."""
-        raise NotImplementedError
-
     def median_rows(self, rows):
         """Elementwise lower median of equally long vectors (the middle one for an odd count)."""
         raise NotImplementedError
@@ -229,9 +226,6 @@ class ArrayOps:
     def max_abs(self, x):
         """``max |x|`` as a Python float (0 for an empty vector)."""
         raise NotImplementedError
-
-
-HASH_PRIME = 2 ** 31 - 1  # Carter-Wegman hashing modulus; a * i stays below 2**62
 
 
 class NumpyOps(ArrayOps):
@@ -288,9 +282,7 @@ class NumpyOps(ArrayOps):
         return x / x.dtype.type(divisor)
 
     def count_abs_ge_each(self, x, thresholds):
-        magnitude = np.sort(np.abs(x))
-        below = np.searchsorted(magnitude, np.asarray(thresholds).astype(x.dtype), side="left")
-        return (magnitude.size - below).astype(np.int64)
+        return kernels.count_abs_ge_each(x, thresholds)
 
     def select_abs_ge(self, indices, values, threshold):
         return indices[np.abs(values) >= values.dtype.type(threshold)]
@@ -309,6 +301,9 @@ class NumpyOps(ArrayOps):
 
     def to_host(self, x):
         return np.asarray(x)
+
+    def host_view(self, x):
+        return x
 
     def from_host(self, array, like=None):
         return np.asarray(array)
@@ -338,14 +333,6 @@ class NumpyOps(ArrayOps):
 
     def add_at(self, dense, indices, values):
         np.add.at(dense, indices, values)
-
-    def hash_range(self, start, stop, a, b, buckets, like=None):
-        positions = np.arange(start, stop, dtype=np.int64)
-        return (positions * a + b) % HASH_PRIME % buckets
-
-    def hash_signs(self, start, stop, a, b, like=None):
-        dtype = np.float32 if like is None else like.dtype
-        return (1 - 2 * self.hash_range(start, stop, a, b, 2)).astype(dtype)
 
     def median_rows(self, rows):
         return np.sort(np.stack(rows), axis=0)[(len(rows) - 1) // 2]

@@ -2,10 +2,8 @@
 
 import inspect
 
-from .methods import CLTK, DEFT, DGC, ExDyna, GsSGD, GTopK, HardThreshold, MiCRO, RandomK, TopK
-
-METHODS = {cls.name: cls for cls in (TopK, MiCRO, ExDyna, DEFT, GTopK, RandomK, HardThreshold, DGC,
-                                     CLTK, GsSGD)}
+from . import methods  # noqa: F401  (imports every method module: each registers its class)
+from .methods.base import REGISTRY as METHODS
 
 
 def available():

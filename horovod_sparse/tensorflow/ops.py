@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from ..core.ops import HASH_PRIME, ArrayOps
+from ..core.ops import ArrayOps
 
 
 class TensorFlowOps(ArrayOps):
@@ -123,14 +123,6 @@ class TensorFlowOps(ArrayOps):
 
     def add_at(self, dense, indices, values):
         dense.scatter_nd_add(indices[:, None], tf.cast(values, dense.dtype))
-
-    def hash_range(self, start, stop, a, b, buckets, like):
-        positions = tf.range(start, stop, dtype=tf.int64)
-        return tf.math.floormod(tf.math.floormod(positions * a + b, HASH_PRIME), buckets)
-
-    def hash_signs(self, start, stop, a, b, like):
-        parity = self.hash_range(start, stop, a, b, 2, like)
-        return tf.cast(1 - 2 * parity, like.dtype)
 
     def median_rows(self, rows):
         return tf.sort(tf.stack(rows), axis=0)[(len(rows) - 1) // 2]

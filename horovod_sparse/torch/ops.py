@@ -5,7 +5,7 @@ import math
 import numpy as np
 import torch
 
-from ..core.ops import HASH_PRIME, ArrayOps, NumpyOps
+from ..core.ops import ArrayOps, NumpyOps
 
 
 _NUMPY = NumpyOps()
@@ -151,6 +151,9 @@ class TorchOps(ArrayOps):
     def to_host(self, x):
         return x.detach().cpu().numpy()
 
+    def host_view(self, x):
+        return _host_view(x)
+
     def from_host(self, array, like=None):
         tensor = torch.from_numpy(np.ascontiguousarray(array))
         return tensor if like is None else tensor.to(like.device)
@@ -183,14 +186,6 @@ class TorchOps(ArrayOps):
 
     def add_at(self, dense, indices, values):
         dense.index_add_(0, indices, values)
-
-    def hash_range(self, start, stop, a, b, buckets, like):
-        positions = torch.arange(start, stop, dtype=torch.int64, device=like.device)
-        return positions.mul_(a).add_(b).remainder_(HASH_PRIME).remainder_(buckets)
-
-    def hash_signs(self, start, stop, a, b, like):
-        parity = self.hash_range(start, stop, a, b, 2, like)
-        return parity.mul_(-2).add_(1).to(like.dtype)
 
     def median_rows(self, rows):
         # An odd-even transposition sorting network of elementwise min/max: the same

@@ -1,14 +1,9 @@
-"""Sparsification methods, one module each."""
+"""Sparsification methods, one module each.  Importing the package imports every
+module in it, and each method's class registers itself by its ``name``
+(``base.REGISTRY``)."""
 
-from .cltk import CLTK
-from .deft import DEFT
-from .dgc import DGC
-from .exclusive import ExDyna, MiCRO
-from .gssgd import GsSGD
-from .gtopk import GTopK
-from .hard_threshold import HardThreshold
-from .randomk import RandomK
-from .topk import TopK
+import importlib
+import pkgutil
 
-__all__ = ["CLTK", "DEFT", "DGC", "ExDyna", "GTopK", "GsSGD", "HardThreshold", "MiCRO", "RandomK",
-           "TopK"]
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

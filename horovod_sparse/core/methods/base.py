@@ -16,8 +16,16 @@ def check_density(density):
     return float(density)
 
 
+REGISTRY = {}  # method name -> its Sparsifier subclass, filled as the method modules load
+
+
 class Sparsifier:
     """Base class: ``k = max(1, floor(density * n))`` and the state protocol.
+
+    A subclass that sets ``name`` registers itself under it (:data:`REGISTRY`,
+    read by :func:`horovod_sparse.core.create`): a new method is one module
+    in this package.  ``class Probe(Sparsifier, register=False)`` stays out
+    (a test double).
 
     A subclass implements ``exchange(acc, context) -> (aggregate, metrics)``:
     select from the flat accumulated gradient ``acc``, communicate through
@@ -39,6 +47,15 @@ class Sparsifier:
     clip_norm = None
     nesterov = False
     dense_1d = False
+
+    def __init_subclass__(cls, register=True, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not register or "name" not in cls.__dict__:
+            return
+        known = REGISTRY.get(cls.name)
+        if known is not None and known.__qualname__ != cls.__qualname__:
+            raise TypeError(f"{cls.__qualname__} and {known.__qualname__} are both named {cls.name!r}")
+        REGISTRY[cls.name] = cls
 
     def __init__(self, density=0.001):
         self.density = check_density(density)
