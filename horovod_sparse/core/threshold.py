@@ -8,7 +8,10 @@ Each step a control offers a *ladder* of candidate thresholds (rungs); every
 rank counts its own ``|acc_i| >= rung`` inside its partition for each rung,
 the counts travel in the header, and every rank picks the same rung from the
 global counts.  The rung is used for this step's selection and seeds the next
-step's ladder.
+step's ladder.  A control answers ``rungs(threshold)`` and ``choose(totals, k)``
+(queries: they change nothing) and ``next_threshold(base, rungs, totals,
+chosen, k)`` (the one call that updates its state, with ``base`` the threshold
+the ladder was built on).
 
 * :func:`initial_threshold` (t = 0, ``initial_threshold="estimate"``,
   default; docs/methods/threshold_control_rules.md): each rank takes the
@@ -79,7 +82,7 @@ class PaperControl:
     def choose(self, counts, k):
         return 0
 
-    def next_threshold(self, rungs, counts, chosen, k):
+    def next_threshold(self, base, rungs, counts, chosen, k):
         ratio = counts[chosen] / k
         threshold = rungs[chosen]
         if ratio > 1.1:
@@ -120,7 +123,6 @@ class AdaptiveControl:
         floor = math.log(self.low * self.fall)
         fine = floor + self.resolution * np.arange(int((self.span - floor) / self.resolution) + 1)
         coarse = np.linspace(self.span, math.log(self.reach), self.coarse + 1)[1:]
-        self.base = threshold
         return threshold * np.exp(np.concatenate([fine, coarse]))
 
     def choose(self, counts, k):
@@ -128,7 +130,7 @@ class AdaptiveControl:
         distance = np.where(counts > 0, np.abs(np.log(np.maximum(counts, 1) / k)), np.inf)
         return int(np.argmin(distance)) if np.isfinite(distance).any() else 0
 
-    def next_threshold(self, rungs, counts, chosen, k):
+    def next_threshold(self, base, rungs, counts, chosen, k):
         low, high = self.low_range
         if chosen > 0 and counts[chosen] > 0:
             exponent = math.log(counts[0] / counts[chosen]) / math.log(rungs[chosen] / rungs[0])
@@ -136,7 +138,7 @@ class AdaptiveControl:
         else:
             self.low = low
         chosen_threshold = float(rungs[chosen])
-        self.fall = min(1.0, self.base / chosen_threshold)
+        self.fall = min(1.0, base / chosen_threshold)
         return chosen_threshold
 
     def state_dict(self):

@@ -218,7 +218,7 @@ class SparseCompressor(WholeModelCompressor, Trackable):
         return tf.no_op()
 
 
-def check_variables(variables, process_set=None):
+def check_parameters(variables, process_set=None):
     """The consistency guard: raise :class:`~horovod_sparse.core.ParameterDivergenceError`
     on every rank unless all ranks hold bit-identical ``variables`` (eager)."""
     variables = list(variables)
@@ -247,4 +247,4 @@ class Compression:
                                 dense_1d=dense_1d, fallback=fallback)
 
 
-__all__ = ["Compression", "SparseCompressor", "check_variables"]
+__all__ = ["Compression", "SparseCompressor", "check_parameters"]

@@ -121,7 +121,7 @@ def errors(rank, _):
     drifting = [tf.Variable(tf.ones([4]), name="w"), tf.Variable(tf.ones([3]) * (1 + rank),
                                                                   name="drifting")]
     try:
-        hs.check_variables(drifting)
+        hs.check_parameters(drifting)
         checks["consistency guard names the variable"] = "no error"
     except ParameterDivergenceError as error:
         checks["consistency guard names the variable"] = "drifting" in str(error) or str(error)
@@ -180,7 +180,7 @@ def keras(rank, _):
               summary["accuracy"] > 0.85 or summary["accuracy"],
               "density error below 10 %": summary["density_error_mean"] < 0.1 or summary}
     try:
-        hs.check_variables(model.trainable_variables)
+        hs.check_parameters(model.trainable_variables)
         checks["ranks identical after fit"] = True
     except ParameterDivergenceError as error:
         checks["ranks identical after fit"] = str(error)

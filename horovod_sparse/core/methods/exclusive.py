@@ -108,13 +108,15 @@ class ExclusivePartitionSparsifier(Sparsifier):
         union = (allgather_padded(context, indices, counts) if self.allgather == "padded"
                  else context.allgather_indices(indices, counts))
         aggregate = average_disjoint(context, union, acc)
-        self._commit(rungs, totals, chosen, k, counts, context.step)
+        self._commit(threshold, rungs, totals, chosen, k, counts, context.step)
         self.commit_layout(layout_state)
         return aggregate, step_metrics(context, k, counts, counts.sum(), rungs[chosen])
 
-    def _commit(self, rungs, ladder, chosen, k, counts, step):
+    def _commit(self, base, rungs, ladder, chosen, k, counts, step):
+        """Keep this step's counts and the next threshold, from the ladder built on
+        ``base`` and the chosen rung."""
         self.last_counts, self.last_step = [int(c) for c in counts], step
-        threshold = self.control.next_threshold(rungs, ladder, chosen, k)
+        threshold = self.control.next_threshold(base, rungs, ladder, chosen, k)
         total = int(ladder[chosen])
         if self.control.reestimates and not k / _REESTIMATE_RATIO <= total <= k * _REESTIMATE_RATIO:
             self.threshold = None  # far off (or nothing selected): measure again next step
