@@ -171,16 +171,16 @@ class StepContext:
         return self.model.n <= INT32_POSITIONS
 
     def _to_wire(self, values):
-        return values if self.wire_dtype == "float32" else self.ops.to_wire(values, self.wire_dtype)
+        return values if self.wire_dtype == "float32" else self.ops.astype(values, self.wire_dtype)
 
     def _from_wire(self, values):
-        return values if self.wire_dtype == "float32" else self.ops.from_wire(values)
+        return values if self.wire_dtype == "float32" else self.ops.astype(values, "float32")
 
     def _narrow(self, indices):
-        return self.ops.narrow_index(indices) if self.narrow_indices else indices
+        return self.ops.astype(indices, "int32") if self.narrow_indices else indices
 
     def _widen(self, indices):
-        return self.ops.widen_index(indices) if self.narrow_indices else indices
+        return self.ops.astype(indices, "int64") if self.narrow_indices else indices
 
 
 def header_row(layout, configuration, finite, fields=()):

@@ -15,9 +15,12 @@ Conventions shared by every implementation:
   float32 gradients);
 * ``topk_abs_indices`` breaks ties toward the lower index, so every framework
   (and the numpy references in ``tests/``) selects the same set;
-* ``scatter_add`` is only called with unique indices, which keeps it
-  deterministic on every device (no atomic-add ordering).
+* the sparsifiers call ``scatter_add`` with unique indices, which keeps
+  their sums deterministic on every device (no atomic-add ordering); only
+  the generic Count Sketch encode adds at repeated positions.
 """
+
+import abc
 
 import numpy as np
 
@@ -78,20 +81,103 @@ def topk_abs(x, k, start, stop, sample=SAMPLE):
     return exact_topk_abs(x, k, start, stop)
 
 
-class ArrayOps:
-    """Interface; see :class:`NumpyOps` for the reference semantics."""
+class ArrayOps(abc.ABC):
+    """Interface; see :class:`NumpyOps` for the reference semantics.
 
+    A backend implements the primitives (the abstract methods: a backend that
+    lacks one cannot be instantiated); every other operation has a default
+    written with them, which a backend overrides only to be faster.
+    """
+
+    # -- primitives: every backend implements these --------------------------------
+
+    @abc.abstractmethod
     def zeros(self, n, like):
         """``n`` float32 zeros on ``like``'s device (whatever ``like``'s dtype)."""
-        raise NotImplementedError
+
+    @abc.abstractmethod
+    def arange(self, start, stop, like):
+        """int64 ``[start, stop)`` on ``like``'s device."""
+
+    @abc.abstractmethod
+    def from_host(self, array, like):
+        """A vector on ``like``'s device holding the numpy ``array``."""
+
+    @abc.abstractmethod
+    def to_host(self, x):
+        """A numpy copy of a (small) vector."""
+
+    @abc.abstractmethod
+    def astype(self, x, dtype):
+        """``x`` cast to ``dtype`` (a numpy dtype name: ``"float16"`` for the wire,
+        ``"int32"`` for narrow indices and back)."""
+
+    @abc.abstractmethod
+    def take(self, x, indices):
+        """``x[indices]`` (a new vector)."""
+
+    @abc.abstractmethod
+    def scatter_add(self, dense, indices, values):
+        """``dense[indices] += values`` in place, repeated indices summed."""
+
+    @abc.abstractmethod
+    def zero_at(self, x, indices):
+        """``x[indices] = 0`` in place."""
+
+    @abc.abstractmethod
+    def concat(self, vectors):
+        """The vectors joined end to end."""
+
+    @abc.abstractmethod
+    def scale_add_slice(self, out, x, factor, y, start, stop):
+        """``out[start:stop] = factor * x[start:stop] + y`` in place (two roundings, no FMA)."""
+
+    @abc.abstractmethod
+    def multiply(self, x, factor):
+        """``x * factor`` (a new vector; ``factor`` a number or a vector of ``x``'s length)."""
+
+    @abc.abstractmethod
+    def divide(self, x, divisor):
+        """``x / divisor`` (a new vector)."""
+
+    @abc.abstractmethod
+    def abs_ge_indices(self, x, threshold, start, stop):
+        """Global indices ``i`` in ``[start, stop)`` with ``|x[i]| >= threshold``."""
+
+    @abc.abstractmethod
+    def topk_abs_indices(self, x, k, start, stop):
+        """Global indices of the ``k`` largest ``|x[i]|`` in ``[start, stop)``, ascending."""
+
+    @abc.abstractmethod
+    def unique(self, indices):
+        """The distinct ``indices``, ascending."""
+
+    @abc.abstractmethod
+    def merge_sum(self, indices_a, values_a, indices_b, values_b):
+        """Union of two sparse vectors: (ascending distinct indices, values summed per index)."""
+
+    @abc.abstractmethod
+    def segment_sq_norms(self, x, bounds):
+        """Squared L2 norms (float64, host) of ``x[s:e]`` for each ``(s, e)``."""
+
+    @abc.abstractmethod
+    def median_rows(self, rows):
+        """Elementwise lower median of equally long vectors (the middle one for an odd count)."""
+
+    # -- derived operations: defaults from the primitives --------------------------
 
     def add_slice(self, out, a, b, start, stop):
         """``out[start:stop] = a[start:stop] + b`` in place."""
-        raise NotImplementedError
+        self.scale_add_slice(out, a, 1.0, b, start, stop)  # 1 * a is exact
 
     def fill_zero(self, x):
         """Set every element of the buffer ``x`` to zero, in place."""
-        raise NotImplementedError
+        self.zero_at(x, self.arange(0, int(x.shape[0]), x))
+
+    def all_finite(self, x):
+        """Whether every element is finite: the float64 sum of float32 squares
+        cannot overflow, so it is finite exactly when they all are."""
+        return bool(np.isfinite(self.segment_sq_norms(x, [(0, int(x.shape[0]))])).all())
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
                          momentum=0.0, nesterov=False):
@@ -115,117 +201,42 @@ class ArrayOps:
         self.add_slice(acc, residual, grad, start, stop)
         return None
 
-    def all_finite(self, x):
-        raise NotImplementedError
-
-    def abs_ge_indices(self, x, threshold, start, stop):
-        """Global indices ``i`` in ``[start, stop)`` with ``|x[i]| >= threshold``."""
-        raise NotImplementedError
-
-    def topk_abs_indices(self, x, k, start, stop):
-        """Global indices of the ``k`` largest ``|x[i]|`` in ``[start, stop)``, ascending."""
-        raise NotImplementedError
-
-    def take(self, x, indices):
-        raise NotImplementedError
-
-    def zero_at(self, x, indices):
-        raise NotImplementedError
-
     def keep_rounding_error(self, x, indices, dtype):
         """``x[i] -= float32(dtype(x[i]))`` at ``indices``, in place: what rounding
         to the wire ``dtype`` (``"float16"``) loses stays behind."""
-        raise NotImplementedError
-
-    def to_wire(self, values, dtype):
-        """``values`` cast to the wire ``dtype`` (a numpy dtype name)."""
-        raise NotImplementedError
-
-    def from_wire(self, values):
-        """Received wire values as float32."""
-        raise NotImplementedError
-
-    def scatter_add(self, dense, indices, values):
-        raise NotImplementedError
-
-    def concat(self, vectors):
-        raise NotImplementedError
-
-    def divide(self, x, divisor):
-        """``x / divisor`` (a new vector)."""
-        raise NotImplementedError
-
-    def count_abs_ge_each(self, x, thresholds):
-        """Host int64 array: for each threshold ``t`` (ascending), how many ``|x[i]| >= t``."""
-        raise NotImplementedError
+        values = self.take(x, indices)
+        lost = values - self.astype(self.astype(values, dtype), "float32")
+        self.zero_at(x, indices)
+        self.scatter_add(x, indices, lost)
 
     def select_abs_ge(self, indices, values, threshold):
         """``indices[|values| >= threshold]``."""
-        raise NotImplementedError
+        return self.take(indices, self.abs_ge_indices(values, threshold, 0, int(values.shape[0])))
 
     def count_unique(self, indices):
-        raise NotImplementedError
+        return int(self.unique(indices).shape[0])
 
-    def narrow_index(self, indices):
-        """Indices as int32 for the wire (models under 2**31 elements)."""
-        raise NotImplementedError
+    def count_abs_ge_each(self, x, thresholds):
+        """Host int64 array: for each threshold ``t`` (ascending), how many ``|x[i]| >= t``."""
+        n = int(x.shape[0])
+        return np.array([self.abs_ge_indices(x, t, 0, n).shape[0] for t in thresholds], np.int64)
 
-    def widen_index(self, indices):
-        """Wire indices back to int64."""
-        raise NotImplementedError
+    def intersect(self, a, b):
+        """Indices in both ascending, duplicate-free index vectors, ascending: those
+        whose count in the merged union is 2."""
+        ones_a, ones_b = (self.zeros(int(v.shape[0]), v) + 1 for v in (a, b))
+        merged, counts = self.merge_sum(a, ones_a, b, ones_b)
+        return self.select_abs_ge(merged, counts, 2.0)
 
-    def arange(self, start, stop, like):
-        """int64 ``[start, stop)`` on ``like``'s device."""
-        raise NotImplementedError
-
-    def to_host(self, x):
-        """A numpy copy of a (small) vector."""
-        raise NotImplementedError
+    def max_abs(self, x):
+        """``max |x|`` of a small vector as a Python float (0 for an empty vector)."""
+        host = self.to_host(x)
+        return float(np.abs(host).max()) if host.size else 0.0
 
     def host_view(self, x):
         """``x``'s own memory as a writable numpy array where the framework can share
         it (a CPU vector), else ``None``: compiled host kernels then run on it."""
         return None
-
-    def from_host(self, array, like):
-        """A vector on ``like``'s device holding the numpy ``array``."""
-        raise NotImplementedError
-
-    def segment_sq_norms(self, x, bounds):
-        """Squared L2 norms (float64, host) of ``x[s:e]`` for each ``(s, e)``."""
-        raise NotImplementedError
-
-    def scale_add_slice(self, out, x, factor, y, start, stop):
-        """``out[start:stop] = factor * x[start:stop] + y`` in place (two roundings, no FMA)."""
-        raise NotImplementedError
-
-    def multiply(self, x, factor):
-        """``x * factor`` (a new vector; ``factor`` a number or a vector of ``x``'s length)."""
-        raise NotImplementedError
-
-    def unique(self, indices):
-        """The distinct ``indices``, ascending."""
-        raise NotImplementedError
-
-    def intersect(self, a, b):
-        """Indices in both ascending, duplicate-free index vectors, ascending."""
-        raise NotImplementedError
-
-    def merge_sum(self, indices_a, values_a, indices_b, values_b):
-        """Union of two sparse vectors: (ascending distinct indices, values summed per index)."""
-        raise NotImplementedError
-
-    def add_at(self, dense, indices, values):
-        """``dense[indices] += values`` in place, repeated indices summed in order."""
-        raise NotImplementedError
-
-    def median_rows(self, rows):
-        """Elementwise lower median of equally long vectors (the middle one for an odd count)."""
-        raise NotImplementedError
-
-    def max_abs(self, x):
-        """``max |x|`` as a Python float (0 for an empty vector)."""
-        raise NotImplementedError
 
 
 class NumpyOps(ArrayOps):
@@ -234,6 +245,63 @@ class NumpyOps(ArrayOps):
     def zeros(self, n, like=None):
         return np.zeros(n, dtype=np.float32)
 
+    def arange(self, start, stop, like=None):
+        return np.arange(start, stop, dtype=np.int64)
+
+    def from_host(self, array, like=None):
+        return np.asarray(array)
+
+    def to_host(self, x):
+        return np.asarray(x)
+
+    def astype(self, x, dtype):
+        return np.asarray(x).astype(dtype, copy=False)
+
+    def take(self, x, indices):
+        return x[indices]
+
+    def scatter_add(self, dense, indices, values):
+        np.add.at(dense, indices, values)
+
+    def zero_at(self, x, indices):
+        x[indices] = 0
+
+    def concat(self, vectors):
+        return np.concatenate(vectors)
+
+    def scale_add_slice(self, out, x, factor, y, start, stop):
+        np.multiply(x[start:stop], x.dtype.type(factor), out=out[start:stop])
+        np.add(out[start:stop], y, out=out[start:stop])
+
+    def multiply(self, x, factor):
+        return x * (x.dtype.type(factor) if np.isscalar(factor) else factor)
+
+    def divide(self, x, divisor):
+        return x / x.dtype.type(divisor)
+
+    def abs_ge_indices(self, x, threshold, start, stop):
+        return kernels.abs_ge_indices(x, threshold, start, stop)
+
+    def topk_abs_indices(self, x, k, start, stop):
+        return topk_abs(x, k, start, stop)
+
+    def unique(self, indices):
+        return np.unique(indices)
+
+    def merge_sum(self, indices_a, values_a, indices_b, values_b):
+        merged, position = np.unique(np.concatenate([indices_a, indices_b]), return_inverse=True)
+        values = np.zeros(merged.size, dtype=values_a.dtype)
+        np.add.at(values, position, np.concatenate([values_a, values_b]))
+        return merged.astype(np.int64), values
+
+    def segment_sq_norms(self, x, bounds):
+        return np.array([np.dot(x[s:e].astype(np.float64), x[s:e].astype(np.float64))
+                         for s, e in bounds], dtype=np.float64)
+
+    def median_rows(self, rows):
+        return np.sort(np.stack(rows), axis=0)[(len(rows) - 1) // 2]
+
+    # faster than the defaults
     def add_slice(self, out, a, b, start, stop):
         np.add(a[start:stop], b, out=out[start:stop])
 
@@ -250,92 +318,8 @@ class NumpyOps(ArrayOps):
         return kernels.accumulate(acc[start:stop], residual[start:stop], grad,
                                   1.0 if scale is None else scale, new, old, momentum, nesterov)
 
-    def abs_ge_indices(self, x, threshold, start, stop):
-        return kernels.abs_ge_indices(x, threshold, start, stop)
-
-    def topk_abs_indices(self, x, k, start, stop):
-        return topk_abs(x, k, start, stop)
-
-    def take(self, x, indices):
-        return x[indices]
-
-    def zero_at(self, x, indices):
-        x[indices] = 0
-
-    def keep_rounding_error(self, x, indices, dtype):
-        values = x[indices]
-        x[indices] = values - values.astype(dtype).astype(np.float32)
-
-    def to_wire(self, values, dtype):
-        return np.asarray(values).astype(dtype)
-
-    def from_wire(self, values):
-        return np.asarray(values, dtype=np.float32)
-
-    def scatter_add(self, dense, indices, values):
-        dense[indices] += values
-
-    def concat(self, vectors):
-        return np.concatenate(vectors)
-
-    def divide(self, x, divisor):
-        return x / x.dtype.type(divisor)
-
     def count_abs_ge_each(self, x, thresholds):
         return kernels.count_abs_ge_each(x, thresholds)
 
-    def select_abs_ge(self, indices, values, threshold):
-        return indices[np.abs(values) >= values.dtype.type(threshold)]
-
-    def count_unique(self, indices):
-        return int(np.unique(indices).size)
-
-    def narrow_index(self, indices):
-        return indices.astype(np.int32)
-
-    def widen_index(self, indices):
-        return indices.astype(np.int64)
-
-    def arange(self, start, stop, like=None):
-        return np.arange(start, stop, dtype=np.int64)
-
-    def to_host(self, x):
-        return np.asarray(x)
-
     def host_view(self, x):
         return x
-
-    def from_host(self, array, like=None):
-        return np.asarray(array)
-
-    def segment_sq_norms(self, x, bounds):
-        return np.array([np.dot(x[s:e].astype(np.float64), x[s:e].astype(np.float64))
-                         for s, e in bounds], dtype=np.float64)
-
-    def scale_add_slice(self, out, x, factor, y, start, stop):
-        np.multiply(x[start:stop], x.dtype.type(factor), out=out[start:stop])
-        np.add(out[start:stop], y, out=out[start:stop])
-
-    def multiply(self, x, factor):
-        return x * (x.dtype.type(factor) if np.isscalar(factor) else factor)
-
-    def unique(self, indices):
-        return np.unique(indices)
-
-    def intersect(self, a, b):
-        return np.intersect1d(a, b, assume_unique=True)
-
-    def merge_sum(self, indices_a, values_a, indices_b, values_b):
-        merged, position = np.unique(np.concatenate([indices_a, indices_b]), return_inverse=True)
-        values = np.zeros(merged.size, dtype=values_a.dtype)
-        np.add.at(values, position, np.concatenate([values_a, values_b]))
-        return merged.astype(np.int64), values
-
-    def add_at(self, dense, indices, values):
-        np.add.at(dense, indices, values)
-
-    def median_rows(self, rows):
-        return np.sort(np.stack(rows), axis=0)[(len(rows) - 1) // 2]
-
-    def max_abs(self, x):
-        return float(np.abs(x).max()) if x.size else 0.0

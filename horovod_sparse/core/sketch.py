@@ -73,7 +73,7 @@ class CountSketch:
         for start in range(0, n, CHUNK):
             stop = min(start + CHUNK, n)
             for positions, signs in self._row_hashes(start, stop, x):
-                self.ops.add_at(table, positions, self.ops.multiply(x[start:stop], signs))
+                self.ops.scatter_add(table, positions, self.ops.multiply(x[start:stop], signs))
         return table
 
     def estimate(self, table, start, stop):
