@@ -27,25 +27,28 @@ class WholeModelCompressor:
     ``dense_below`` / ``dense_1d``: gradients with fewer elements (or of one
     dimension) are averaged exactly instead of sparsified (``core.dense_part``).
     ``fallback="auto"``: dense steps where sparse ones are slower (``core.fallback``).
+    ``check_every``: the consistency guard's period in steps (``None``: never);
+    subclasses call :meth:`guard` before each step's exchange and provide
+    ``_check_parameters()``.
     """
 
     def __init__(self, sparsifier, nonfinite="raise", dense_below=None, dense_1d=False,
-                 fallback=None):
+                 fallback=None, check_every=None):
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         if not isinstance(dense_1d, bool):
             raise TypeError(f"dense_1d must be True or False, got {dense_1d!r}")
         self.sparsifier = sparsifier
         self._untrained = copy.deepcopy(sparsifier)  # what a world change starts again from
+        self._exchange = None
         self.reduction = "average"
+        self.check_every = check_positive_int("check_every", check_every, allow_none=True)
         self.dense_below = check_positive_int("dense_below", dense_below, allow_none=True)
         self.dense_1d = dense_1d
         create_fallback(fallback)  # checks the value
         self.fallback = fallback
         self._nonfinite = nonfinite
-        self._exchange = None
         self._comm = None
-        self._pending_state = None
         self._snapshot = None        # core.elastic.Snapshot of the last elastic commit
         self.layout = None
 
@@ -63,6 +66,29 @@ class WholeModelCompressor:
     def output_bounds(self):
         """``(start, stop)`` of each gradient of the layout in :meth:`exchange`'s result."""
         return self.gradient_exchange.split(self.layout).output_bounds
+
+    @property
+    def reduction(self):
+        """``"average"`` (Horovod's default) or ``"sum"`` (``op=hvd.Sum``) over the ranks."""
+        return self._reduction
+
+    @reduction.setter
+    def reduction(self, value):
+        self._reduction = value
+        if self._exchange is not None:
+            self._exchange.reduction = value
+
+    @property
+    def steps_done(self):
+        """Steps exchanged so far (a loaded checkpoint's count included)."""
+        return 0 if self._exchange is None else self._exchange.step_count
+
+    def guard(self):
+        """The consistency guard: at every ``check_every``-th step, before its
+        exchange, raise :class:`~horovod_sparse.core.ParameterDivergenceError` on
+        every rank unless all ranks hold bit-identical parameters (collective)."""
+        if self.check_every and self.steps_done % self.check_every == 0:
+            self._check_parameters()
 
     @property
     def owns_momentum(self):
@@ -83,15 +109,13 @@ class WholeModelCompressor:
 
     @property
     def gradient_exchange(self):
-        """The :class:`GradientExchange` (built, with any loaded state, on first use)."""
+        """The :class:`GradientExchange` (built on first use or when state is loaded;
+        it holds loaded residuals until the first step names the gradients)."""
         if self._exchange is None:
             self._exchange = GradientExchange(self.sparsifier, self._ops(), self.comm,
                                               nonfinite=self._nonfinite, reduction=self.reduction,
                                               dense_below=self.dense_below, dense_1d=self.dense_1d,
                                               fallback=self.fallback)
-            if self._pending_state is not None:
-                self._exchange.load_state_dict(self._pending_state)
-                self._pending_state = None
         return self._exchange
 
     @property
@@ -139,18 +163,13 @@ class WholeModelCompressor:
         own = checkpoint.localize(state, self.comm.rank, self.comm.size)
         self._snapshot = None
         if "step" not in own:  # the state of a compressor that has not run yet
-            self._exchange, self._pending_state = None, None
-        elif self._exchange is None:
-            self._pending_state = own
+            self._exchange = None
         else:
-            self._exchange.load_state_dict(own)
+            self.gradient_exchange.load_state_dict(own)
 
     def _own_state(self):
         self.follow_world()
-        if self._exchange is None:
-            own = dict(self._pending_state or {})
-        else:
-            own = self._exchange.state_dict(self.layout)
+        own = {} if self._exchange is None else self._exchange.state_dict(self.layout)
         own.update(rank=self.comm.rank, size=self.comm.size)
         return own
 
@@ -192,7 +211,7 @@ class WholeModelCompressor:
     def _forget_world(self):
         """Drop everything tied to the ranks of the last step (communicator, exchange,
         the step in flight); the state to resume from is loaded next."""
-        self._comm, self._exchange, self._pending_state, self.layout = None, None, None, None
+        self._comm, self._exchange, self.layout = None, None, None
         self.sparsifier = copy.deepcopy(self._untrained)
         self._forget_steps()
 
@@ -201,6 +220,10 @@ class WholeModelCompressor:
         raise NotImplementedError
 
     def _communicator(self):
+        raise NotImplementedError
+
+    def _check_parameters(self):
+        """The consistency guard over the framework's parameters (see :meth:`guard`)."""
         raise NotImplementedError
 
     def _forget_steps(self):

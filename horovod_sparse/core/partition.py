@@ -67,6 +67,12 @@ class BlockPartition:
     block_loads: tuple = None  # the proportional rule's per-block load estimate
 
     @classmethod
+    def from_state(cls, saved):
+        """The partition ``dataclasses.asdict`` saved (a checkpoint's lists as tuples)."""
+        return cls(**{key: tuple(value) if isinstance(value, list) else value
+                      for key, value in saved.items()})
+
+    @classmethod
     def initial(cls, n, size, target_blocks=1024, alignment=32, min_blocks=None,
                 exact_blocks=False):
         block = (n // target_blocks) // alignment * alignment

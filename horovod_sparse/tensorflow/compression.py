@@ -100,6 +100,11 @@ class SparseCompressor(WholeModelCompressor, Trackable):
         gradient, are averaged exactly in the same step instead of sparsified.
     fallback : ``"auto"``: dense steps where sparse ones are slower
         (``core.fallback``); ``None`` (default): always the method.
+    check_every : every this many steps check (before the exchange) that all
+        ranks hold bit-identical variables; raises
+        :class:`~horovod_sparse.core.ParameterDivergenceError` naming the first
+        differing variable on every rank.  ``None`` (default) never checks.
+        Needs Horovod's tape or optimizer (which know the variables).
 
     Checkpoints: by default each rank's checkpoint holds its own state (the
     residuals are per rank).  For a checkpoint rank 0 alone writes, call
@@ -108,9 +113,10 @@ class SparseCompressor(WholeModelCompressor, Trackable):
     """
 
     def __init__(self, sparsifier, nonfinite="raise", process_set=None, dense_below=None,
-                 dense_1d=False, fallback=None):
-        super().__init__(sparsifier, nonfinite, dense_below, dense_1d, fallback)
+                 dense_1d=False, fallback=None, check_every=None):
+        super().__init__(sparsifier, nonfinite, dense_below, dense_1d, fallback, check_every)
         self._process_set = process_set
+        self._variables = None  # the model's variables, from Horovod's view of the step
         self._trace = None
         self._gathered = None
         self._agreed = False
@@ -124,7 +130,10 @@ class SparseCompressor(WholeModelCompressor, Trackable):
         if not trace.grads:
             trace.caller = horovod_caller()
             if trace.caller is not None:
-                self.reduction = trace.caller.reduction
+                self.reduction, self._variables = trace.caller.reduction, trace.caller.variables
+            elif self.check_every:
+                raise ValueError("check_every needs hvd.DistributedGradientTape or Horovod's "
+                                 "DistributedOptimizer, which know the variables")
             trace.placeholder = self._agreed_placeholder(trace)
         return tf.identity(trace.placeholder), _Slot(trace, trace.record(tensor))
 
@@ -182,6 +191,7 @@ class SparseCompressor(WholeModelCompressor, Trackable):
         flat_grads = [None] * len(layout.names)
         for position, grad in zip(trace.positions, grads):
             flat_grads[position] = tf.reshape(grad, [-1])
+        self.guard()
         flat = self.exchange(flat_grads, layout, held)
         bounds = self.output_bounds
         return [tf.cast(tf.reshape(flat[bounds[p][0]:bounds[p][1]], g.shape), g.dtype)
@@ -193,22 +203,22 @@ class SparseCompressor(WholeModelCompressor, Trackable):
     def _communicator(self):
         return HorovodTensorFlowCommunicator(self._process_set)
 
+    def _check_parameters(self):
+        check_identical(*_names_and_bytes(self._variables), self.comm)
+
     # -- checkpoints ----------------------------------------------------------
     def gather_for_checkpoint(self):
         """Collect every rank's state (collective) for the next ``Checkpoint.save``
         at this step, so that rank 0's checkpoint alone holds all of it."""
-        self._gathered = (self._steps_done(), self.state_dict(all_ranks=True))
-
-    def _steps_done(self):
-        return 0 if self._exchange is None else self._exchange.step_count
+        self._gathered = (self.steps_done, self.state_dict(all_ranks=True))
 
     def _serialize_to_tensors(self):
         state = self.state_dict()
         if self._gathered is not None:
             step, gathered = self._gathered
-            if step != self._steps_done():
+            if step != self.steps_done:
                 raise ValueError(f"gather_for_checkpoint() was called at step {step}, the "
-                                 f"compressor is at step {self._steps_done()}: call it again "
+                                 f"compressor is at step {self.steps_done}: call it again "
                                  "(on every rank) right before saving")
             state = gathered
         return {"state": tf.constant(checkpoint.encode(state))}
@@ -220,10 +230,14 @@ class SparseCompressor(WholeModelCompressor, Trackable):
 
 def check_parameters(variables, process_set=None):
     """The consistency guard: raise :class:`~horovod_sparse.core.ParameterDivergenceError`
-    on every rank unless all ranks hold bit-identical ``variables`` (eager)."""
+    on every rank unless all ranks of ``process_set`` (default: all) hold
+    bit-identical ``variables`` (eager)."""
+    check_identical(*_names_and_bytes(variables), HorovodTensorFlowCommunicator(process_set))
+
+
+def _names_and_bytes(variables):
     variables = list(variables)
-    views = [tf.io.serialize_tensor(v).numpy() for v in variables]
-    check_identical([v.name for v in variables], views, HorovodTensorFlowCommunicator(process_set))
+    return [v.name for v in variables], [tf.io.serialize_tensor(v).numpy() for v in variables]
 
 
 @method_factories
@@ -235,16 +249,16 @@ class Compression:
             compression=horovod_sparse.tensorflow.Compression.exdyna(density=0.001))
 
     Every factory takes ``density`` and the method's hyper-parameters, plus
-    the optional ``nonfinite``, ``process_set``, ``dense_below``, ``dense_1d``
-    and ``fallback``.
+    the optional ``nonfinite``, ``process_set``, ``dense_below``, ``dense_1d``,
+    ``fallback`` and ``check_every`` (see :class:`SparseCompressor`).
     """
 
     @staticmethod
     def create(name, nonfinite="raise", process_set=None, dense_below=None, dense_1d=False,
-               fallback=None, **hyperparameters):
+               fallback=None, check_every=None, **hyperparameters):
         return SparseCompressor(create(name, **hyperparameters), nonfinite=nonfinite,
                                 process_set=process_set, dense_below=dense_below,
-                                dense_1d=dense_1d, fallback=fallback)
+                                dense_1d=dense_1d, fallback=fallback, check_every=check_every)
 
 
 __all__ = ["Compression", "SparseCompressor", "check_parameters"]

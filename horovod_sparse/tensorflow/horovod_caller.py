@@ -32,7 +32,7 @@ class HorovodStep:
 
     ``layout`` lists every floating, non-empty variable whose gradient is not
     ``tf.IndexedSlices`` (Horovod allgathers those itself), named ``grad.<i>``
-    by the variable's position ``i``.
+    by the variable's position ``i``; ``variables`` are those variables.
     """
 
     def __init__(self, variables, grads, index_group, grad_group, op):
@@ -40,6 +40,7 @@ class HorovodStep:
         entries = [i for i, (variable, grad) in enumerate(zip(variables, grads))
                    if variable.dtype.is_floating and variable.shape.num_elements()
                    and not isinstance(grad, tf.IndexedSlices)]
+        self.variables = [variables[i] for i in entries]
         self.layout = Layout(names=tuple(f"grad.{i}" for i in entries),
                              shapes=tuple(tuple(variables[i].shape) for i in entries),
                              dtypes=tuple(variables[i].dtype.name for i in entries))

@@ -54,7 +54,6 @@ import torch
 from ..core import HorovodSparseError, Layout, create
 from ..core.compressor import WholeModelCompressor, method_factories, reduction_of
 from ..core.consistency import check_identical
-from ..core.methods.base import check_positive_int
 from .comm import HorovodTorchCommunicator
 from .horovod_caller import horovod_caller, release_pending, trained_parameters
 from .ops import TorchOps
@@ -112,10 +111,9 @@ class SparseCompressor(WholeModelCompressor):
 
     def __init__(self, sparsifier, named_parameters=None, nonfinite="raise", process_set=None,
                  check_every=None, dense_below=None, dense_1d=False, fallback=None):
-        super().__init__(sparsifier, nonfinite, dense_below, dense_1d, fallback)
+        super().__init__(sparsifier, nonfinite, dense_below, dense_1d, fallback, check_every)
         self._named_parameters = named_parameters
         self._process_set = process_set
-        self._check_every = check_positive_int("check_every", check_every, allow_none=True)
         self._parameters = None      # [(name, parameter)] in flattening order, from the first step
         self._positions = None       # parameter -> position in _parameters
         self._optimizer = None       # Horovod's DistributedOptimizer, when it is the caller
@@ -183,13 +181,12 @@ class SparseCompressor(WholeModelCompressor):
         ``"whole"`` (each sends gradient plus residual, written by the exchange),
         ``"plain"`` (the residual is empty and no velocity moves: each sends itself,
         as ``hvd.Compression.none`` does) or ``None`` (a step of the exchange)."""
-        exchange = self._exchange
-        if exchange is None or self.layout is None or self._optimizer is None:
+        if self.layout is None or self._optimizer is None:
             return None  # the exchange begins the step itself
+        exchange = self.gradient_exchange
         if exchange.begin_step() != "dense" or self.sparsifier.clip_norm is not None:
             return None  # local clipping needs the whole gradient: DenseStep in the exchange
-        if self._check_every and exchange.step_count % self._check_every == 0:
-            check_parameters(self._parameters, self.comm)
+        self.guard()
         self._whole_results, self._plain_finite = [], True
         if exchange.begin_plain_step(self.layout):
             return "plain"
@@ -205,7 +202,8 @@ class SparseCompressor(WholeModelCompressor):
 
     def _send_whole(self, gradient):
         position = self._whole_index[1][gradient.name]
-        sent = self._exchange.whole_gradient(position, gradient.tensor.detach().reshape(-1))
+        flat = gradient.tensor.detach().reshape(-1)
+        sent = self.gradient_exchange.whole_gradient(position, flat)
         return sent.view(gradient.tensor.shape)
 
     def _whole_result(self, tensor, ctx):
@@ -224,19 +222,20 @@ class SparseCompressor(WholeModelCompressor):
         step cost a whole Horovod cycle (``HOROVOD_CYCLE_TIME``)."""
         results = self._whole_results
         results.append(tensor)
-        self._plain_finite = self._plain_finite and self._exchange.ops.all_finite(tensor)
+        self._plain_finite = self._plain_finite and self.gradient_exchange.ops.all_finite(tensor)
         if len(results) == len(self._recorded):
             self._end_whole_step(self._plain_finite)
         return tensor
 
     def _end_whole_step(self, finite):
         self._whole, self._outcome = None, []
+        exchange = self.gradient_exchange
         try:
-            self._exchange.end_whole_step(finite)
+            exchange.end_whole_step(finite)
         except HorovodSparseError:  # non-finite under "raise": alike on every rank
             release_pending(self._optimizer)
             raise
-        if self._exchange.metrics.skipped and self._exchange.nonfinite == "skip":
+        if exchange.metrics.skipped and exchange.nonfinite == "skip":
             for returned in self._whole_results:  # copies, where the dtype differs
                 returned.zero_()
 
@@ -281,7 +280,7 @@ class SparseCompressor(WholeModelCompressor):
                 raise ValueError("named_parameters given to the compressor is empty (a "
                                  "generator consumed elsewhere?): pass "
                                  "list(model.named_parameters())")
-            if self._check_every and not named:
+            if self.check_every and not named:
                 raise ValueError("check_every needs named_parameters when the compressor is "
                                  "used outside hvd.DistributedOptimizer")
             self._parameters = named
@@ -329,8 +328,7 @@ class SparseCompressor(WholeModelCompressor):
     def _exchange_step(self):
         if self._optimizer is not None:
             self._refuse_sparse_gradients()
-        if self._check_every and self.gradient_exchange.step_count % self._check_every == 0:
-            check_parameters(self._parameters, self.comm)
+        self.guard()
         recorded = self._recorded
         order = sorted(range(len(recorded)), key=lambda i: recorded[i].position)
         layout = Layout(names=tuple(recorded[i].name for i in order),
@@ -344,6 +342,9 @@ class SparseCompressor(WholeModelCompressor):
             aggregates[i] = flat[start:stop].view(tensor.shape).to(tensor.dtype)
         return aggregates
 
+    def _check_parameters(self):
+        check_identical(*_names_and_bytes(self._parameters), self.comm)
+
     def _refuse_sparse_gradients(self):
         sparse = [name for name, p in self._parameters if p.grad is not None and p.grad.is_sparse]
         if sparse:
@@ -353,13 +354,17 @@ class SparseCompressor(WholeModelCompressor):
                             "use a dense embedding")
 
 
-def check_parameters(named_parameters, comm=None):
-    """The consistency guard: raise on every rank unless all ranks hold
-    bit-identical parameters (``comm``: default all ranks)."""
+def check_parameters(named_parameters, process_set=None):
+    """The consistency guard: raise :class:`~horovod_sparse.core.ParameterDivergenceError`
+    on every rank unless all ranks of ``process_set`` (default: all) hold
+    bit-identical ``named_parameters``."""
+    check_identical(*_names_and_bytes(named_parameters), HorovodTorchCommunicator(process_set))
+
+
+def _names_and_bytes(named_parameters):
     named = list(named_parameters)
-    comm = comm if comm is not None else HorovodTorchCommunicator()
-    views = [p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy() for _, p in named]
-    check_identical([name for name, _ in named], views, comm)
+    return ([name for name, _ in named],
+            [p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy() for _, p in named])
 
 
 @method_factories

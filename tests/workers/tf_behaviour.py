@@ -7,7 +7,7 @@
   every rank (policy ``raise``) or skips on every rank (``skip``) with the
   residual untouched; models that differ across ranks raise on every rank;
   float16 gradients come back as float16, averaged exactly; the consistency
-  guard names a variable that differs.
+  guard (by hand, and every ``check_every`` steps) names a variable that differs.
 * ``checkpoint``: resuming from a ``tf.train.Checkpoint`` (model variables
   and the compressor) reproduces the uninterrupted run bit for bit, with
   per-rank checkpoints and with one gathered checkpoint written by rank 0.
@@ -125,6 +125,16 @@ def errors(rank, _):
         checks["consistency guard names the variable"] = "no error"
     except ParameterDivergenceError as error:
         checks["consistency guard names the variable"] = "drifting" in str(error) or str(error)
+
+    same = [tf.Variable(tf.ones(shape), name=f"same{i}") for i, shape in enumerate(SHAPES)]
+    guarded = hs.Compression.create("topk", density=0.5, check_every=2)
+    checks["check_every passes identical variables"] = all(
+        exchange(guarded, targets_of(step, rank), same) is not None for step in range(3))
+    apart = [tf.Variable(tf.ones(shape) * (1 + rank * i), name=f"apart{i}")
+             for i, shape in enumerate(SHAPES)]
+    checks["check_every names the differing variable on every rank"] = raises(
+        lambda: exchange(hs.Compression.create("topk", density=0.5, check_every=2),
+                         targets_of(0, rank), apart), "apart1")
     return checks
 
 

@@ -32,6 +32,8 @@ cannot be split evenly).  ``threshold_control``, ``initial_threshold`` and
 the released code's arithmetic (``core.threshold``, ``core.partition``).
 """
 
+from dataclasses import asdict
+
 import numpy as np
 
 from ..partition import BlockPartition, even_bounds, owned_partition, owner_of
@@ -177,21 +179,13 @@ class ExDyna(ExclusivePartitionSparsifier):
 
     def state_dict(self):
         state = super().state_dict()
-        state["partition"] = None if self.partition is None else {
-            "n": self.partition.n, "block": self.partition.block,
-            "num_blocks": self.partition.num_blocks, "edges": list(self.partition.edges),
-            "min_blocks": self.partition.min_blocks,
-            "block_loads": None if self.partition.block_loads is None
-            else list(self.partition.block_loads)}
+        state["partition"] = None if self.partition is None else asdict(self.partition)
         return state
 
     def load_state_dict(self, state):
         super().load_state_dict(state)
         saved = state.get("partition")
-        self.partition = None if saved is None else BlockPartition(
-            n=saved["n"], block=saved["block"], num_blocks=saved["num_blocks"],
-            edges=tuple(saved["edges"]), min_blocks=saved["min_blocks"],
-            block_loads=None if saved["block_loads"] is None else tuple(saved["block_loads"]))
+        self.partition = None if saved is None else BlockPartition.from_state(saved)
 
     def __repr__(self):
         return (f"ExDyna(density={self.density}, threshold_control={self.control.name!r}, "
