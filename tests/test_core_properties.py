@@ -303,6 +303,12 @@ def test_density_outside_the_unit_interval_is_rejected(bad):
         create("exdyna", density=bad)
 
 
+@pytest.mark.parametrize("bad", ["0.01", True, None])
+def test_density_of_the_wrong_type_is_a_type_error(bad):
+    with pytest.raises(TypeError, match="density"):
+        create("exdyna", density=bad)
+
+
 @pytest.mark.parametrize("name,options,error,match", [
     ("topk", {"density": "0.1"}, TypeError, "density"),
     ("nope", {}, ValueError, "known methods"),
@@ -349,19 +355,30 @@ def test_bad_nonfinite_policy_is_named():
         GradientExchange(create("topk"), NumpyOps(), None, nonfinite="ignore")
 
 
-@pytest.mark.parametrize("method,options,parameter", [
-    ("randomk", {"seed": 1.5}, "seed"), ("randomk", {"seed": -1}, "seed"),
-    ("dgc", {"seed": True}, "seed"), ("gssgd", {"seed": "7"}, "seed"),
-    ("gssgd", {"rows": 0}, "rows"), ("gssgd", {"columns": -4}, "columns"),
-    ("gssgd", {"candidates": 0.5}, "candidates"), ("gssgd", {"momentum": 1.0}, "momentum"),
-    ("dgc", {"momentum": -0.1}, "momentum"), ("dgc", {"sample_ratio": 0}, "sample_ratio"),
-    ("dgc", {"overshoot": 0.9}, "overshoot"), ("dgc", {"clip_norm": 0}, "clip_norm"),
-    ("dgc", {"warmup_steps": -1}, "warmup_steps"), ("dgc", {"warmup_densities": (2.0,)}, "density"),
-    ("threshold", {"threshold": -1.0}, "threshold"), ("cltk", {"seed": 1}, "seed"),
-    ("gssgd", {"merge": "ring"}, "merge"),
+@pytest.mark.parametrize("method,options,parameter,error", [
+    ("randomk", {"seed": 1.5}, "seed", TypeError), ("randomk", {"seed": -1}, "seed", ValueError),
+    ("dgc", {"seed": True}, "seed", TypeError), ("gssgd", {"seed": "7"}, "seed", TypeError),
+    ("gssgd", {"rows": 0}, "rows", ValueError), ("gssgd", {"rows": 2.0}, "rows", TypeError),
+    ("gssgd", {"columns": -4}, "columns", ValueError),
+    ("gssgd", {"candidates": 0.5}, "candidates", ValueError),
+    ("gssgd", {"momentum": 1.0}, "momentum", ValueError),
+    ("dgc", {"momentum": -0.1}, "momentum", ValueError),
+    ("dgc", {"momentum": "0.9"}, "momentum", TypeError),
+    ("dgc", {"sample_ratio": 0}, "sample_ratio", ValueError),
+    ("dgc", {"overshoot": 0.9}, "overshoot", ValueError),
+    ("dgc", {"clip_norm": 0}, "clip_norm", ValueError),
+    ("dgc", {"warmup_steps": -1}, "warmup_steps", ValueError),
+    ("dgc", {"warmup_steps": 1.0}, "warmup_steps", TypeError),
+    ("dgc", {"warmup_densities": (2.0,)}, "density", ValueError),
+    ("dgc", {"nesterov": 1}, "nesterov", TypeError),
+    ("threshold", {"threshold": -1.0}, "threshold", ValueError),
+    ("threshold", {"threshold": "1"}, "threshold", TypeError),
+    ("exdyna", {"blocks": "8"}, "blocks", TypeError), ("exdyna", {"blocks": 0}, "blocks", ValueError),
+    ("cltk", {"seed": 1}, "seed", TypeError), ("gssgd", {"merge": "ring"}, "merge", ValueError),
 ])
-def test_baseline_configuration_errors_name_the_parameter(method, options, parameter):
-    with pytest.raises((TypeError, ValueError), match=parameter):
+def test_configuration_errors_name_the_parameter(method, options, parameter, error):
+    """A value of the wrong type is a TypeError, a value out of range a ValueError."""
+    with pytest.raises(error, match=parameter):
         create(method, density=0.01, **options)
 
 

@@ -276,7 +276,7 @@ def test_residuals_of_a_gradient_now_sent_densely_are_refused():
 
 
 @pytest.mark.parametrize("options,error", [({"dense_below": 0}, ValueError),
-                                           ({"dense_below": 2.5}, ValueError),
+                                           ({"dense_below": 2.5}, TypeError),
                                            ({"dense_1d": "yes"}, TypeError)])
 def test_bad_arguments(options, error):
     with pytest.raises(error):

@@ -209,7 +209,7 @@ class _SimulatedGroup:
         self.slots = [None] * size
         self.barrier = threading.Barrier(size, timeout=timeout)
 
-    def exchange(self, rank, item):
+    def all_items(self, rank, item):
         """Every rank's ``item``, copied before any rank may return and reuse its
         buffer (as a real collective has read its input by the time it returns)."""
         self.slots[rank] = item
@@ -230,30 +230,30 @@ class SimulatedCommunicator(Communicator):
         self.rank, self.size, self._group = rank, group.size, group
 
     def _allgather(self, x, counts):
-        return np.concatenate([np.asarray(v) for v in self._group.exchange(self.rank, x)])
+        return np.concatenate([np.asarray(v) for v in self._group.all_items(self.rank, x)])
 
     def _allreduce_sum(self, x):
-        parts = self._group.exchange(self.rank, x)
+        parts = self._group.all_items(self.rank, x)
         total = np.array(parts[0], copy=True)
         for part in parts[1:]:
             total += part
         return total
 
     def _broadcast(self, x, root):
-        return np.array(self._group.exchange(self.rank, x)[root], copy=True)
+        return np.array(self._group.all_items(self.rank, x)[root], copy=True)
 
     def _alltoall(self, x, splits):
         parts = []
-        for sent, their_splits in self._group.exchange(self.rank, (np.asarray(x), splits)):
+        for sent, their_splits in self._group.all_items(self.rank, (np.asarray(x), splits)):
             start = sum(their_splits[:self.rank])
             parts.append(sent[start:start + their_splits[self.rank]])
         return np.concatenate(parts), [len(part) for part in parts]
 
     def _allgather_host(self, array):
-        return np.stack(self._group.exchange(self.rank, array))
+        return np.stack(self._group.all_items(self.rank, array))
 
     def _broadcast_host(self, array, root):
-        return np.array(self._group.exchange(self.rank, array)[root], copy=True)
+        return np.array(self._group.all_items(self.rank, array)[root], copy=True)
 
     def _allreduce_host(self, array):
         return self._allreduce_sum(array)

@@ -3,7 +3,7 @@
 Horovod's ``Compressor`` sees one gradient at a time; the methods here need
 the whole model's gradient.  Both adapters (PyTorch, TensorFlow) collect the
 step's gradients from Horovod's ``compress`` calls and hand them, flattened in
-a fixed order, to :meth:`WholeModelCompressor.exchange`.  This class owns what
+a fixed order, to :meth:`WholeModelCompressor.reduce`.  This class owns what
 is the same for every framework: the :class:`GradientExchange` (built at the
 first step), the check that the model does not change between steps, the
 metrics, the state a checkpoint holds (see ``core.checkpoint``), and that
@@ -15,7 +15,7 @@ import copy
 from . import checkpoint, elastic
 from .fallback import create_fallback
 from .exchange import NONFINITE_POLICIES, GradientExchange, agree, configuration
-from .methods.base import check_positive_int
+from .arguments import check_bool, check_integer
 from .metrics import summarize
 from .registry import available
 
@@ -36,15 +36,13 @@ class WholeModelCompressor:
                  fallback=None, check_every=None):
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
-        if not isinstance(dense_1d, bool):
-            raise TypeError(f"dense_1d must be True or False, got {dense_1d!r}")
         self.sparsifier = sparsifier
         self._untrained = copy.deepcopy(sparsifier)  # what a world change starts again from
         self._exchange = None
         self.reduction = "average"
-        self.check_every = check_positive_int("check_every", check_every, allow_none=True)
-        self.dense_below = check_positive_int("dense_below", dense_below, allow_none=True)
-        self.dense_1d = dense_1d
+        self.check_every = check_integer("check_every", check_every, allow_none=True)
+        self.dense_below = check_integer("dense_below", dense_below, allow_none=True)
+        self.dense_1d = check_bool("dense_1d", dense_1d)
         create_fallback(fallback)  # checks the value
         self.fallback = fallback
         self._nonfinite = nonfinite
@@ -52,7 +50,7 @@ class WholeModelCompressor:
         self._snapshot = None        # core.elastic.Snapshot of the last elastic commit
         self.layout = None
 
-    def exchange(self, flat_grads, layout, held=()):
+    def reduce(self, flat_grads, layout, held=()):
         """Reduce one step's gradients (``flat_grads[i]`` is ``layout`` entry ``i``;
         ``held``: see :meth:`GradientExchange.step`)."""
         if self.layout is None:
@@ -64,7 +62,7 @@ class WholeModelCompressor:
 
     @property
     def output_bounds(self):
-        """``(start, stop)`` of each gradient of the layout in :meth:`exchange`'s result."""
+        """``(start, stop)`` of each gradient of the layout in :meth:`reduce`'s result."""
         return self.gradient_exchange.split(self.layout).output_bounds
 
     @property

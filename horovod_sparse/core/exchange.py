@@ -31,7 +31,7 @@ from .errors import ConfigurationMismatchError, ModelMismatchError, NonFiniteGra
 from .fallback import DenseStep, create_fallback
 from .feedback import ErrorFeedback
 from .metrics import StepMetrics
-from .methods.base import check_positive_int
+from .arguments import check_bool, check_integer
 
 NONFINITE_POLICIES = ("raise", "skip", "propagate")
 REDUCTIONS = ("average", "sum")
@@ -259,12 +259,10 @@ class GradientExchange:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        if not isinstance(dense_1d, bool):
-            raise TypeError(f"dense_1d must be True or False, got {dense_1d!r}")
         self.sparsifier, self.ops, self.comm = sparsifier, ops, comm
         self.nonfinite, self.reduction = nonfinite, reduction
-        self.dense_below = check_positive_int("dense_below", dense_below, allow_none=True)
-        self.dense_1d = dense_1d
+        self.dense_below = check_integer("dense_below", dense_below, allow_none=True)
+        self.dense_1d = check_bool("dense_1d", dense_1d)
         self.fallback_option, self.fallback = fallback, create_fallback(fallback)
         self._started = None  # when the last step started (fallback="auto" times periods)
         self._begun = None    # the step_count begin_step last started

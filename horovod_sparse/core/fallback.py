@@ -49,7 +49,7 @@ import math
 import numpy as np
 
 from .metrics import StepMetrics
-from .methods.base import check_positive_int
+from .arguments import check_integer, check_number
 
 FALLBACKS = (None, "auto")
 KINDS = ("sparse", "dense")
@@ -89,19 +89,14 @@ class AutoFallback:
     """
 
     def __init__(self, probe=2, recheck_every=200, probe_cost=0.01, warmup=10):
-        self.probe = check_positive_int("probe", probe)
-        self.recheck_every = check_positive_int("recheck_every", recheck_every)
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-            raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
-        self.warmup = warmup
+        self.probe = check_integer("probe", probe)
+        self.recheck_every = check_integer("recheck_every", recheck_every)
+        self.warmup = check_integer("warmup", warmup, minimum=0)
         self.block = self.probe + 1  # steps of each kind per check
         if self.recheck_every <= 2 * self.block:
             raise ValueError(f"recheck_every ({recheck_every}) must exceed 2 * (probe + 1) "
                              f"({2 * self.block})")
-        if isinstance(probe_cost, bool) or not isinstance(probe_cost, (int, float)) \
-                or not 0 < probe_cost < 1:
-            raise ValueError(f"probe_cost must be a number in (0, 1), got {probe_cost!r}")
-        self.probe_cost = probe_cost
+        self.probe_cost = check_number("probe_cost", probe_cost, 0.0, 1.0, closed=(False, False))
         self.choice = "sparse"
         self.step = -1             # the step in progress (-1: none yet)
         self.check = self.warmup   # the step the next check starts at

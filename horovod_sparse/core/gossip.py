@@ -19,9 +19,10 @@
 """
 
 import fnmatch
-import numbers
 
 import numpy as np
+
+from .arguments import check_integer
 
 
 def derangement(seed, step, segment, size):
@@ -114,8 +115,7 @@ def sgp_peer_distances(step, size, schedule="two_peer"):
 
 def hierarchical_groups(size, groups):
     """``groups`` contiguous rank lists of equal length (``groups`` must divide ``size``)."""
-    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
-        raise ValueError(f"groups must be a positive integer, got {groups!r}")
+    check_integer("groups", groups)
     if size % groups:
         raise ValueError(f"groups={groups} does not divide the {size} ranks")
     per = size // groups
@@ -154,8 +154,7 @@ def balanced_segments(sizes, count):
     """Cut consecutive tensors (``sizes`` elements each) into ``count`` runs of
     nearly equal total size (each cut where the running total is nearest its
     share); returns lists of tensor positions, none empty."""
-    if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
-        raise ValueError(f"segments must be a positive integer, got {count!r}")
+    check_integer("segments", count)
     count = min(count, len(sizes))
     total, runs, current, done = sum(sizes), [], [], 0
     for position, size in enumerate(sizes):

@@ -159,7 +159,7 @@ class SparseCompressor(WholeModelCompressor, Trackable):
             return tensor
         trace = ctx.trace
         if trace.outputs is None:
-            step = functools.partial(self._exchange_step, trace)
+            step = functools.partial(self._reduce_step, trace)
             if tf.executing_eagerly():
                 trace.outputs = step(*trace.grads)
             else:
@@ -186,13 +186,13 @@ class SparseCompressor(WholeModelCompressor, Trackable):
         return self._trace
 
     # -- the step (runs eagerly, inside tf.py_function in a graph) ------------
-    def _exchange_step(self, trace, *grads):
+    def _reduce_step(self, trace, *grads):
         layout, held = trace.layout_and_held()
         flat_grads = [None] * len(layout.names)
         for position, grad in zip(trace.positions, grads):
             flat_grads[position] = tf.reshape(grad, [-1])
         self.guard()
-        flat = self.exchange(flat_grads, layout, held)
+        flat = self.reduce(flat_grads, layout, held)
         bounds = self.output_bounds
         return [tf.cast(tf.reshape(flat[bounds[p][0]:bounds[p][1]], g.shape), g.dtype)
                 for p, g in zip(trace.positions, grads)]

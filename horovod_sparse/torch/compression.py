@@ -155,7 +155,7 @@ class SparseCompressor(WholeModelCompressor):
             return self._whole_result(tensor, ctx)
         if self._outcome is None:
             try:
-                self._outcome = self._exchange_step()
+                self._outcome = self._reduce_step()
             except HorovodSparseError as error:  # raised alike on every rank
                 self._outcome = error
         self._decompressed += 1
@@ -325,7 +325,7 @@ class SparseCompressor(WholeModelCompressor):
     def _communicator(self):
         return HorovodTorchCommunicator(self._process_set)
 
-    def _exchange_step(self):
+    def _reduce_step(self):
         if self._optimizer is not None:
             self._refuse_sparse_gradients()
         self.guard()
@@ -335,7 +335,7 @@ class SparseCompressor(WholeModelCompressor):
                         shapes=tuple(tuple(recorded[i].tensor.shape) for i in order),
                         dtypes=tuple(str(recorded[i].tensor.dtype) for i in order))
         held = tuple(j for j, i in enumerate(order) if recorded[i].held)
-        flat = self.exchange([recorded[i].tensor.detach().reshape(-1) for i in order], layout, held)
+        flat = self.reduce([recorded[i].tensor.detach().reshape(-1) for i in order], layout, held)
         aggregates = [None] * len(recorded)
         for i, (start, stop) in zip(order, self.output_bounds):
             tensor = recorded[i].tensor

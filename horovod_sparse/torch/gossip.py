@@ -28,7 +28,7 @@ from ..core import Layout
 from ..core.exchange import agree
 from ..core.gossip import (SGP_SCHEDULES, TOPOLOGIES, balanced_segments, crossover_routes,
                            hierarchical_groups, named_segments, sgp_peer_distances)
-from ..core.methods.base import check_choice, check_seed
+from ..core.arguments import check_choice, check_integer
 from .comm import HorovodTorchCommunicator
 
 
@@ -87,7 +87,7 @@ class _GossipOptimizer:
             offset += parameter.numel()
 
 
-def _exchange(comm, outgoing, incoming_sizes, like):
+def _send_and_receive(comm, outgoing, incoming_sizes, like):
     """One alltoall: ``outgoing`` is ``[(destination, flat)]``, ``incoming_sizes``
     ``[(source, numel)]``; returns the received flats in ``incoming_sizes`` order."""
     splits = [0] * comm.size
@@ -134,7 +134,7 @@ class CrossoverSGD(_GossipOptimizer):
                  topology="uniform"):
         named_parameters = list(named_parameters) if named_parameters is not None else None
         super().__init__(optimizer, named_parameters)
-        self.seed = check_seed(seed)
+        self.seed = check_integer("seed", seed, minimum=0)
         self.topology = check_choice("topology", topology, TOPOLOGIES)
         self.segments = self._plan(segments, named_parameters is not None)
         size, rank = hvd.size(), hvd.rank()
@@ -192,13 +192,13 @@ class CrossoverSGD(_GossipOptimizer):
     def _mix_leaders(self):
         owns = [self.flatten(positions) for positions in self.segments]
         if not self.is_leader:
-            _exchange(self.world, [], [], owns[0])
+            _send_and_receive(self.world, [], [], owns[0])
             return
         send_to, receive_from = crossover_routes(self.seed, self.step_count, len(self.segments),
                                                  len(self.leaders),
                                                  self.leaders.index(self.world.rank),
                                                  self.topology)
-        received = _exchange(self.world,
+        received = _send_and_receive(self.world,
                              [(self.leaders[j], own) for j, own in zip(send_to, owns)],
                              [(self.leaders[j], own.numel()) for j, own in zip(receive_from, owns)],
                              owns[0])
@@ -214,9 +214,9 @@ class CrossoverSGD(_GossipOptimizer):
         model = self.flatten(everything)
         group = self.group_set.ranks
         if self.is_leader:
-            _exchange(self.world, [(member, model) for member in group[1:]], [], model)
+            _send_and_receive(self.world, [(member, model) for member in group[1:]], [], model)
         else:
-            received, = _exchange(self.world, [], [(group[0], model.numel())], model)
+            received, = _send_and_receive(self.world, [], [(group[0], model.numel())], model)
             self.unflatten(everything, received)
 
 
@@ -243,7 +243,7 @@ class SGP(_GossipOptimizer):
         positions = list(range(len(self.parameters)))
         own = self.flatten(positions)
         distances = sgp_peer_distances(self.step_count, comm.size, self.schedule)
-        received = _exchange(comm, [((comm.rank + d) % comm.size, own) for d in distances],
+        received = _send_and_receive(comm, [((comm.rank + d) % comm.size, own) for d in distances],
                              [((comm.rank - d) % comm.size, own.numel()) for d in distances], own)
         total = own.clone()
         for other in received:

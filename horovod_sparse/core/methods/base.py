@@ -1,19 +1,11 @@
 """What every sparsifier shares: the density contract and the final aggregation."""
 
 import math
-import numbers
 
 import numpy as np
 
+from ..arguments import check_density
 from ..metrics import StepMetrics
-
-
-def check_density(density):
-    if isinstance(density, bool) or not isinstance(density, numbers.Real):
-        raise TypeError(f"density must be a number in (0, 1], got {density!r}")
-    if not 0 < density <= 1:
-        raise ValueError(f"density must be in (0, 1], got {density!r}")
-    return float(density)
 
 
 REGISTRY = {}  # method name -> its Sparsifier subclass, filled as the method modules load
@@ -114,42 +106,14 @@ def average_gathered(context, indices, values, counts):
     return aggregate, gathered
 
 
-def check_choice(name, value, choices):
-    """``value`` if it is one of ``choices``, else a ValueError naming ``name``."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
-    return value
 
 
-def check_seed(seed):
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise TypeError(f"seed must be a non-negative integer, got {seed!r}")
-    return int(seed)
 
 
-def check_positive_int(name, value, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
-def check_positive(name, value, allow_none=False, upper=None):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-            0 < value <= (upper if upper is not None else math.inf)):
-        bound = f"(0, {upper}]" if upper is not None else "> 0"
-        raise ValueError(f"{name} must be a number {bound}, got {value!r}")
-    return float(value)
 
 
-def check_momentum(momentum):
-    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not (
-            0 <= momentum < 1):
-        raise ValueError(f"momentum must be a number in [0, 1), got {momentum!r}")
-    return float(momentum)
 
 
 def step_metrics(context, k, counts, nnz, threshold=float("nan")):

@@ -26,7 +26,8 @@ import math
 
 import numpy as np
 
-from .base import Sparsifier, average_disjoint, check_choice, step_metrics
+from ..arguments import check_choice
+from .base import Sparsifier, average_disjoint, step_metrics
 
 COMMON = -1
 

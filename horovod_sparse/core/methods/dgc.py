@@ -50,8 +50,9 @@ import math
 
 import numpy as np
 
-from .base import (Sparsifier, average_gathered, check_choice, check_density, check_momentum,
-                   check_positive, check_seed, step_metrics)
+from ..arguments import (check_bool, check_choice, check_density, check_integer, check_momentum,
+                         check_number)
+from .base import Sparsifier, average_gathered, step_metrics
 
 VARIANTS = ("model", "paper")
 # The released code's sampling and undershoot rule (variant="paper").
@@ -85,23 +86,19 @@ class DGC(Sparsifier):
                  warmup_densities=(0.25, 0.0625, 0.015625, 0.004), seed=0, variant="model",
                  nesterov=False):
         super().__init__(density)
-        if not isinstance(nesterov, bool):
-            raise TypeError(f"nesterov must be True or False, got {nesterov!r}")
-        self.nesterov = nesterov
+        self.nesterov = check_bool("nesterov", nesterov)
         self.variant = check_choice("variant", variant, VARIANTS)
         self.momentum = check_momentum(momentum)
         if nesterov and not self.momentum:
             raise ValueError("nesterov=True needs momentum > 0")
-        self.sample_ratio = check_positive("sample_ratio", sample_ratio, upper=1.0)
-        self.overshoot = check_positive("overshoot", overshoot)
+        self.sample_ratio = check_number("sample_ratio", sample_ratio, high=1.0)
+        self.overshoot = check_number("overshoot", overshoot)
         if self.overshoot < 1:
             raise ValueError(f"overshoot must be >= 1, got {overshoot!r}")
-        self.clip_norm = check_positive("clip_norm", clip_norm, allow_none=True)
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be a non-negative integer, got {warmup_steps!r}")
-        self.warmup_steps = warmup_steps
+        self.clip_norm = check_number("clip_norm", clip_norm, allow_none=True)
+        self.warmup_steps = check_integer("warmup_steps", warmup_steps, minimum=0)
         self.warmup_densities = tuple(check_density(d) for d in warmup_densities)
-        self.seed = check_seed(seed)
+        self.seed = check_integer("seed", seed, minimum=0)
 
     @property
     def dense_1d(self):

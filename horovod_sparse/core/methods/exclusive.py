@@ -39,7 +39,8 @@ import numpy as np
 from ..partition import BlockPartition, even_bounds, owned_partition, owner_of
 from ..threshold import INITIAL_THRESHOLDS, initial_threshold, make_control, \
     paper_initial_threshold
-from .base import Sparsifier, allgather_padded, average_disjoint, check_choice, step_metrics
+from ..arguments import check_choice, check_integer
+from .base import Sparsifier, allgather_padded, average_disjoint, step_metrics
 
 ALLGATHERS = ("exact", "padded")
 
@@ -153,11 +154,8 @@ class ExDyna(ExclusivePartitionSparsifier):
         if rebalance not in ("paper", "proportional", "none"):
             raise ValueError("rebalance must be one of ['none', 'paper', 'proportional'], "
                              f"got {rebalance!r}")
-        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
-            raise ValueError(f"blocks must be a positive integer, got {blocks!r}")
-        if min_blocks is not None and (isinstance(min_blocks, bool)
-                                       or not isinstance(min_blocks, int) or min_blocks < 1):
-            raise ValueError(f"min_blocks must be a positive integer or None, got {min_blocks!r}")
+        check_integer("blocks", blocks)
+        check_integer("min_blocks", min_blocks, allow_none=True)
         if min_blocks is None and rebalance == "proportional":
             min_blocks = 1
         self.rebalance, self.blocks, self.min_blocks = rebalance, blocks, min_blocks

@@ -35,8 +35,8 @@ import numpy as np
 from ..kernels import HASH_PRIME
 from ..partition import even_bounds
 from ..sketch import CountSketch, rows_for
-from .base import (Sparsifier, check_choice, check_momentum, check_positive, check_positive_int,
-                   check_seed, step_metrics)
+from ..arguments import check_choice, check_integer, check_momentum, check_number
+from .base import Sparsifier, step_metrics
 
 MERGES = ("allreduce", "tree")
 OCTAVES = 40
@@ -78,13 +78,13 @@ class GsSGD(Sparsifier):
     def __init__(self, density=0.001, rows=None, columns=None, candidates=4, momentum=0.9,
                  seed=0, merge="allreduce"):
         super().__init__(density)
-        self.rows = check_positive_int("rows", rows, allow_none=True)
-        self.columns = check_positive_int("columns", columns, allow_none=True)
-        self.candidates = check_positive("candidates", candidates)
+        self.rows = check_integer("rows", rows, allow_none=True)
+        self.columns = check_integer("columns", columns, allow_none=True)
+        self.candidates = check_number("candidates", candidates)
         if self.candidates < 1:
             raise ValueError(f"candidates must be >= 1, got {candidates!r}")
         self.momentum = check_momentum(momentum)
-        self.seed = check_seed(seed)
+        self.seed = check_integer("seed", seed, minimum=0)
         self.merge = check_choice("merge", merge, MERGES)
         self._sketch = None
 

@@ -9,7 +9,8 @@ allgather the index lists, take their union ``U``, allreduce every rank's
 """
 
 from ..threshold import paper_initial_threshold
-from .base import Sparsifier, average_disjoint, check_positive, step_metrics
+from ..arguments import check_number
+from .base import Sparsifier, average_disjoint, step_metrics
 
 
 class HardThreshold(Sparsifier):
@@ -17,7 +18,7 @@ class HardThreshold(Sparsifier):
 
     def __init__(self, density=0.001, threshold=None):
         super().__init__(density)
-        self.threshold = check_positive("threshold", threshold, allow_none=True)
+        self.threshold = check_number("threshold", threshold, allow_none=True)
 
     def threshold_for(self, k):
         return self.threshold if self.threshold is not None else paper_initial_threshold(k)

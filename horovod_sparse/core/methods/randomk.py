@@ -10,7 +10,8 @@ values; build-up 1; no bias correction (error feedback keeps the rest).
 
 import numpy as np
 
-from .base import Sparsifier, average_disjoint, check_seed, step_metrics
+from ..arguments import check_integer
+from .base import Sparsifier, average_disjoint, step_metrics
 
 
 def random_indices(seed, step, n, k):
@@ -23,7 +24,7 @@ class RandomK(Sparsifier):
 
     def __init__(self, density=0.001, seed=0):
         super().__init__(density)
-        self.seed = check_seed(seed)
+        self.seed = check_integer("seed", seed, minimum=0)
 
     def exchange(self, acc, context):
         n, k = context.layout.n, self.k(context.layout.n)

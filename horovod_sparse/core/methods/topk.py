@@ -19,7 +19,8 @@ of two variants:
 Selection ``O(n log k)``; build-up up to ``P`` (``|U|`` up to ``Pk``).
 """
 
-from .base import Sparsifier, average_disjoint, average_gathered, check_choice, step_metrics
+from ..arguments import check_choice
+from .base import Sparsifier, average_disjoint, average_gathered, step_metrics
 
 VARIANTS = ("gather", "union")
 
