@@ -1,6 +1,5 @@
 """Launch real multi-rank jobs from tests: ``horovodrun`` (Gloo) and ``mpirun`` (MPI)."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -10,17 +9,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 
 
-def _env():
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")])))
-    return env
+def env():
+    """The environment of a test's jobs: one thread, unbuffered, the checkout importable."""
+    variables = dict(os.environ)
+    variables.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2",
+                     PYTHONPATH=os.pathsep.join(filter(None, [ROOT, variables.get("PYTHONPATH")])))
+    return variables
 
 
 def run(command, timeout):
     """``command`` from the checkout, with the test environment; its stdout, or AssertionError."""
     try:
-        result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True,
+        result = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True,
                                 timeout=timeout)
     except subprocess.TimeoutExpired as error:
         raise AssertionError(f"{' '.join(command)} did not finish in {timeout}s (deadlock?)\n"
@@ -50,14 +50,3 @@ def mpirun(np_, script, *args, timeout=300, testbed=None):
                "self,tcp,vader", sys.executable, script, *map(str, args)]
     return run(command if testbed is None else testbed.on_host1(command), timeout)
 
-
-def assert_rank_checks(output, size):
-    """Every rank printed ``{"rank": r, "checks": {name: true | message}}`` and every
-    check is ``true``; returns the reports (horovodrun prefixes lines with ``[r]<stdout>:``)."""
-    reports = [json.loads(line[line.index("{"):]) for line in output.splitlines()
-               if '"checks"' in line]
-    assert sorted(report["rank"] for report in reports) == list(range(size)), output[-3000:]
-    for report in reports:
-        failed = {key: value for key, value in report["checks"].items() if value is not True}
-        assert not failed, f"rank {report['rank']}: {failed}"
-    return reports

@@ -1,25 +1,11 @@
 """Every Communicator collective, on real ranks, for each backend."""
 
-import json
-import re
-
 import numpy as np
 import pytest
 
 from horovod_sparse.core import run_simulated
 from launch import horovodrun, mpirun
-
-
-def _reports(out):
-    """Every rank's JSON report; mpirun may run two ranks' lines together."""
-    return [json.loads(report) for report in re.findall(r'\{"rank": \d+, "checks": \{[^}]*\}\}', out)]
-
-
-def _assert_all(out, size):
-    reports = _reports(out)
-    assert sorted(r["rank"] for r in reports) == list(range(size)), out
-    for report in reports:
-        assert all(report["checks"].values()), report
+from records import assert_rank_checks
 
 
 @pytest.mark.horovod
@@ -29,8 +15,9 @@ def _assert_all(out, size):
     (horovodrun, 2, "tensorflow"),
     (mpirun, 3, "mpi4py"),
 ], ids=["torch-gloo", "torch-mpi", "tensorflow-gloo", "mpi4py"])
-def test_collectives_on_real_ranks(launcher, size, backend):
-    _assert_all(launcher(size, "tests/workers/collectives.py", backend), size)
+def test_collectives_on_real_ranks(launcher, size, backend, tmp_path):
+    launcher(size, "tests/workers/collectives.py", backend, tmp_path)
+    assert_rank_checks(tmp_path, size)
 
 
 def test_simulated_alltoall_and_metering():

@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 
 from launch import ROOT, horovodrun
+from records import read_report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 EPOCHS = 20  # cosine schedule over 20 epochs; docs/ records the 40-epoch runs
 
 
 def _train(size, methods, tmp_path, density=0.01):
-    out = tmp_path / "results.json"
-    horovodrun(size, "tests/workers/convergence.py", out, density, EPOCHS, ",".join(methods),
+    horovodrun(size, "tests/workers/convergence.py", tmp_path, density, EPOCHS, ",".join(methods),
                timeout=900)
-    return {r["method"]: r for r in json.loads(out.read_text())}
+    return {r["method"]: r for r in read_report(tmp_path, 0)["results"]}
 
 
 def _final(result):

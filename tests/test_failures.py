@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from launch import BIN, ROOT, _env
+from launch import BIN, ROOT, env
 
 pytestmark = pytest.mark.horovod
 BOUND_S = 60
@@ -18,7 +18,7 @@ def _killed_job(command, tmp_path):
     """Run ``command``; return (exit code, seconds from the kill to the launcher's exit)."""
     started = time.time()
     try:
-        result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True,
+        result = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True,
                                 timeout=240)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the job hung after a rank was killed: {' '.join(command)}")

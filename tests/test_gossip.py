@@ -12,6 +12,7 @@ from horovod_sparse.core.gossip import (balanced_segments, derangement, hierarch
                                         named_segments, roulette_derangement, sgp_distances,
                                         sgp_one_peer_offsets)
 from launch import horovodrun, mpirun
+from records import read_reports
 
 SHAPES = [(6, 5), (6,), (40,), (3, 3)]
 MODULE_SEGMENTS = [(0, 36), (36, 76), (76, 85)]  # a.weight + a.bias, b.weight, c.weight
@@ -57,7 +58,7 @@ def _expected(mode, size, steps, lr, segments=MODULE_SEGMENTS):
 def _run(launcher, size, tmp_path, mode, steps, lr, segments=None):
     extra = [] if segments is None else [segments]
     launcher(size, "tests/workers/gossip_exchange.py", tmp_path, mode, steps, lr, *extra)
-    return [np.load(tmp_path / f"rank{r}.npz") for r in range(size)]
+    return read_reports(tmp_path, size)
 
 
 def _assert_matches(got, expected):

@@ -9,7 +9,8 @@ is unchanged) and training goes on.  See ``workers/torch_resume.py``.
 
 import pytest
 
-from launch import assert_rank_checks, horovodrun
+from launch import horovodrun
+from records import assert_rank_checks
 
 pytestmark = pytest.mark.horovod
 WORKER = "tests/workers/torch_resume.py"
@@ -17,6 +18,8 @@ WORKER = "tests/workers/torch_resume.py"
 
 def test_resume_same_and_other_rank_count(tmp_path):
     methods = "topk,micro,exdyna,deft,gtopk,dgc"
-    assert_rank_checks(horovodrun(2, WORKER, "resume", methods, tmp_path), 2)
-    reports = assert_rank_checks(horovodrun(3, WORKER, "carry-over", "exdyna,dgc", tmp_path), 3)
+    horovodrun(2, WORKER, "resume", methods, tmp_path)
+    assert_rank_checks(tmp_path, 2, "resume")
+    horovodrun(3, WORKER, "carry-over", "exdyna,dgc", tmp_path)
+    reports = assert_rank_checks(tmp_path, 3, "carry-over")
     assert any("velocities" in key for key in reports[0]["checks"]), "DGC's velocity carried too"

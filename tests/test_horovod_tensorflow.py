@@ -14,7 +14,8 @@ import pytest
 
 from gradients import stream
 from harness import CASES, check_rank_files
-from launch import assert_rank_checks, horovodrun
+from launch import horovodrun
+from records import assert_rank_checks, read_report
 
 pytestmark = pytest.mark.horovod
 STEPS, SEED, DENSITY = 12, 7, 0.02
@@ -44,8 +45,8 @@ def test_tensorflow_equals_pytorch(tmp_path):
                json.dumps(cases), "--steps", 5, "--seed", SEED, "--density", DENSITY)
     for index in range(len(cases)):
         for rank in range(2):
-            tf_run = np.load(tmp_path / "tf" / f"case{index}.rank{rank}.npz")
-            torch_run = np.load(tmp_path / "torch" / f"case{index}.rank{rank}.npz")
+            tf_run = read_report(tmp_path / "tf", rank, f"case{index}")
+            torch_run = read_report(tmp_path / "torch", rank, f"case{index}")
             for key in ("aggregate", "residual", "counts"):
                 np.testing.assert_array_equal(tf_run[key], torch_run[key], f"{cases[index]} {key}")
 
@@ -53,4 +54,5 @@ def test_tensorflow_equals_pytorch(tmp_path):
 @pytest.mark.parametrize("scenario", ["errors", "checkpoint", "keras", "user_script"])
 def test_tensorflow_behaviour(scenario, tmp_path):
     """Each scenario's checks hold on every rank (see workers/tf_behaviour.py)."""
-    assert_rank_checks(horovodrun(2, "tests/workers/tf_behaviour.py", scenario, tmp_path), 2)
+    horovodrun(2, "tests/workers/tf_behaviour.py", scenario, tmp_path)
+    assert_rank_checks(tmp_path, 2)

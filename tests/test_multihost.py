@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from launch import BIN, ROOT, horovodrun, mpirun, run
+from records import read_report
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "multihost"))
 import testbed  # noqa: E402
@@ -50,11 +51,11 @@ def single_host(tmp_path_factory):
 def test_two_hosts_equal_one_host(launcher, bed, single_host, tmp_path):
     launcher(4, WORKER, "--out", tmp_path, *ARGS, testbed=bed)
     for index in range(len(CASES)):
-        hosts = [str(np.load(tmp_path / f"case{index}.rank{r}.npz")["host"]) for r in range(4)]
+        hosts = [read_report(tmp_path, r, f"case{index}")["host"] for r in range(4)]
         assert hosts == ["hs-node1", "hs-node1", "hs-node2", "hs-node2"], hosts
         for rank in range(4):
-            across = np.load(tmp_path / f"case{index}.rank{rank}.npz")
-            local = np.load(single_host / f"case{index}.rank{rank}.npz")
+            across = read_report(tmp_path, rank, f"case{index}")
+            local = read_report(single_host, rank, f"case{index}")
             for key in KEYS:
                 np.testing.assert_array_equal(across[key], local[key], f"{CASES[index]} {key}")
 

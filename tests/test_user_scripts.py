@@ -4,7 +4,8 @@ wrong gradient.  The rank program is ``tests/workers/torch_user_scripts.py``."""
 
 import pytest
 
-from launch import assert_rank_checks, horovodrun
+from launch import horovodrun
+from records import assert_rank_checks
 
 pytestmark = pytest.mark.horovod
 
@@ -21,6 +22,6 @@ pytestmark = pytest.mark.horovod
     "slips",        # uncalled factory, shared generator, sparse embedding, momentum twice
     "fallback",     # fallback="auto": Horovod's own allreduce = the exchange's dense step
 ])
-def test_user_script_behaves_like_dense_horovod_or_fails_clearly(scenario):
-    assert_rank_checks(horovodrun(2, "tests/workers/torch_user_scripts.py", scenario,
-                                  timeout=240), 2)
+def test_user_script_behaves_like_dense_horovod_or_fails_clearly(scenario, tmp_path):
+    horovodrun(2, "tests/workers/torch_user_scripts.py", scenario, tmp_path, timeout=240)
+    assert_rank_checks(tmp_path, 2)

@@ -1,12 +1,15 @@
 """Rank program: every Communicator collective on real ranks, checked against plain numpy.
 
-argv: torch | tensorflow | mpi4py.  Prints one JSON line per rank.
+argv: torch | tensorflow | mpi4py, out.  Every rank reports ``checks`` (``records.report``).
 """
 
-import json
+import os
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from records import report  # noqa: E402
 
 
 def communicator(kind):
@@ -55,7 +58,7 @@ def main():
     table = comm.allgather_host(np.array([rank, 7], dtype=np.int64))
     checks["allgather_host"] = table.tolist() == [[r, 7] for r in range(size)]
     checks["broadcast_host"] = comm.broadcast_host(np.array([rank], dtype=np.int64), 0).tolist() == [0]
-    print(json.dumps({"rank": rank, "checks": {k: bool(v) for k, v in checks.items()}}), flush=True)
+    report(sys.argv[2], rank, checks={k: bool(v) for k, v in checks.items()})
 
 
 if __name__ == "__main__":

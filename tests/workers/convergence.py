@@ -1,6 +1,6 @@
-"""Rank program: train the digits MLP densely and with each given method; rank 0 writes JSON."""
+"""Rank program: train the digits MLP densely and with each given method; rank 0
+reports ``results`` to ``out`` (``records.report``)."""
 
-import json
 import os
 import sys
 
@@ -9,6 +9,9 @@ import horovod.torch as hvd
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
 from digits import train  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from records import report  # noqa: E402
+
 
 def main():
     out, density, epochs = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
@@ -16,8 +19,7 @@ def main():
     hvd.init()
     results = [train(method, density, epochs=epochs, verbose=False) for method in methods]
     if hvd.rank() == 0:
-        with open(out, "w") as f:
-            json.dump(results, f, indent=1)
+        report(out, 0, results=results)
 
 
 if __name__ == "__main__":

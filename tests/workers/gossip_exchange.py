@@ -1,4 +1,4 @@
-"""Rank program: gossip optimizers on real ranks; saves every step's parameters.
+"""Rank program: gossip optimizers on real ranks; reports every step's parameters.
 
 argv: out mode steps lr [segments] -- mode is crossover, crossover_paper (the
 authors' topology sampler), hierarchical, sgp or sgp_one_peer;
@@ -17,6 +17,7 @@ import horovod.torch as hvd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gradients import dyadic_gradient, split  # noqa: E402
+from records import report  # noqa: E402
 
 import horovod_sparse.torch as hs  # noqa: E402
 from horovod_sparse.core.gossip import TOPOLOGIES, crossover_routes  # noqa: E402
@@ -65,9 +66,9 @@ def main():
             if optimizer.is_leader:
                 routes.append(crossover_routes(SEED, step, len(optimizer.segments), members,
                                                optimizer.leaders.index(rank), optimizer.topology))
-    np.savez(os.path.join(out, f"rank{rank}.npz"), params=np.array(flats), size=size,
-             perms=np.array(perms), routes=np.array(routes),
-             segments=np.array([len(s) for s in getattr(optimizer, "segments", [])]))
+    report(out, rank, params=np.array(flats), size=size, perms=np.array(perms),
+           routes=np.array(routes),
+           segments=np.array([len(s) for s in getattr(optimizer, "segments", [])]))
 
 
 if __name__ == "__main__":

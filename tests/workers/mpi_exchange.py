@@ -9,6 +9,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gradients import SHAPES, dyadic_gradient  # noqa: E402
 from harness import layout_of, record_of  # noqa: E402
+from records import report  # noqa: E402
 
 from horovod_sparse.core import GradientExchange, NumpyOps, create  # noqa: E402
 from horovod_sparse.mpi import MpiCommunicator  # noqa: E402
@@ -29,8 +30,8 @@ def main():
                                layout)
             for key in rows:
                 rows[key].append(record.get(key, []))
-        np.savez(os.path.join(out, f"case{index}.rank{comm.rank}.npz"),
-                 **{key: np.array(value) for key, value in rows.items()})
+        report(out, comm.rank, f"case{index}",
+               **{key: np.array(value) for key, value in rows.items()})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Rank program (horovodrun -np 2): the TensorFlow adapter's behaviour beyond exactness.
 
-``python tf_behaviour.py <scenario> <dir>``; every rank prints one JSON line
-``{"rank": r, "checks": {name: true | message}}``.
+``python tf_behaviour.py <scenario> <dir>``; every rank reports ``checks``:
+``{name: true | message}`` to ``<dir>`` (``records.report``).
 
 * ``errors``: no ``groups=1`` raises while tracing; NaN on one rank raises on
   every rank (policy ``raise``) or skips on every rank (``skip``) with the
@@ -19,7 +19,6 @@ import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-import json  # noqa: E402
 import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -30,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 from gradients import dyadic_gradient  # noqa: E402
+from records import report  # noqa: E402
 
 import horovod_sparse.tensorflow as hs  # noqa: E402
 from horovod_sparse.core import ParameterDivergenceError  # noqa: E402
@@ -270,7 +270,7 @@ def main():
     hvd.init()
     checks = {"errors": errors, "checkpoint": checkpoint, "keras": keras,
               "user_script": user_script}[scenario](hvd.rank(), directory)
-    print(json.dumps({"rank": hvd.rank(), "checks": checks}), flush=True)
+    report(directory, hvd.rank(), checks=checks)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 Each rank's loss ``sum(p * g)`` has exactly the deterministic gradient ``g``
 of ``tests/gradients.py``; the tape (``groups=1``) exchanges it through
 horovod_sparse, eagerly (``--mode eager``) or inside a ``tf.function``
-(``--mode function``), and every step's outcome is saved to
-``<out>/case<i>.rank<r>.npz`` like ``torch_exchange.py`` does.
+(``--mode function``), and every step's outcome is reported as ``case<i>``
+(``records.report``) like ``torch_exchange.py`` does.
 """
 
 import argparse
@@ -18,6 +18,7 @@ import horovod.tensorflow as hvd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gradients import SHAPES, dyadic_gradient, split  # noqa: E402
+from records import report  # noqa: E402
 
 import horovod_sparse.tensorflow as hs  # noqa: E402
 
@@ -66,8 +67,7 @@ def main():
     hvd.init()
     for index, (method, options) in enumerate(json.loads(args.cases)):
         result = run_case(method, options, args, hvd.rank())
-        np.savez(os.path.join(args.out, f"case{index}.rank{hvd.rank()}.npz"), size=hvd.size(),
-                 **result)
+        report(args.out, hvd.rank(), f"case{index}", size=hvd.size(), **result)
 
 
 if __name__ == "__main__":

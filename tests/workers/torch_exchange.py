@@ -2,7 +2,7 @@
 
 Each rank feeds the deterministic gradients of ``tests/gradients.py`` (via a
 loss whose gradient is exactly that vector), lets Horovod + horovod_sparse
-exchange them, and saves what it observed to ``<out>/<case>.rank<r>.npz``.
+exchange them, and reports what it observed as ``case<i>`` (``records.report``).
 """
 
 import argparse
@@ -17,6 +17,7 @@ import horovod.torch as hvd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gradients import SHAPES, dyadic_gradient, split  # noqa: E402
+from records import report  # noqa: E402
 
 import horovod_sparse.torch as hs  # noqa: E402
 
@@ -67,7 +68,7 @@ def run_case(method, options, args, rank):
         with optimizer.skip_synchronize():
             optimizer.step()
     return {key: np.array(value) for key, value in rows.items()} | {
-        "placeholder_max": np.array(max(placeholders))}
+        "placeholder_max": max(placeholders)}
 
 
 def main():
@@ -82,8 +83,8 @@ def main():
     hvd.init()
     for index, (method, options) in enumerate(json.loads(args.cases)):
         result = run_case(method, options, args, hvd.rank())
-        np.savez(os.path.join(args.out, f"case{index}.rank{hvd.rank()}.npz"), size=hvd.size(),
-                 host=socket.gethostname(), **result)
+        report(args.out, hvd.rank(), f"case{index}", size=hvd.size(), host=socket.gethostname(),
+               **result)
 
 
 if __name__ == "__main__":

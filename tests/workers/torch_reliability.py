@@ -1,7 +1,7 @@
-"""Rank program: bad inputs through Horovod's DistributedOptimizer.  argv: scenario.
-Prints one JSON line per rank with what it observed."""
+"""Rank program: bad inputs through Horovod's DistributedOptimizer.  argv: scenario, out.
+Every rank reports what it observed (``records.report``)."""
 
-import json
+import os
 import sys
 
 import torch
@@ -9,6 +9,9 @@ import horovod.torch as hvd
 
 import horovod_sparse.torch as hs
 from horovod_sparse.core import ModelMismatchError, NonFiniteGradientError, ParameterDivergenceError
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from records import report  # noqa: E402
 
 
 def optimizer_for(named, **options):
@@ -131,7 +134,7 @@ def main():
         result = nonfinite(rank, scenario)
     else:
         result = diverge(rank)
-    print("RESULT " + json.dumps({"rank": rank, **result}), flush=True)
+    report(sys.argv[2], rank, **result)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,10 @@ checkpoint, fresh objects, the last 5 steps -- from per-rank compressor files
 load rank 0's file: every rank's residual (and velocity) must be the mean of
 the old ranks', the step kept; training goes on with the ranks identical.
 
-Every rank prints ``{"rank": r, "checks": {name: true | message}}``.
+Every rank reports ``checks``: ``{name: true | message}`` to ``<dir>``, under the
+phase's name (``records.report``).
 """
 
-import json
 import os
 import sys
 
@@ -24,6 +24,7 @@ import horovod.torch as hvd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gradients import dyadic_gradient  # noqa: E402
+from records import report  # noqa: E402
 
 import horovod_sparse.torch as hs  # noqa: E402
 
@@ -126,7 +127,7 @@ def main():
     run = {"resume": resume, "carry-over": carry_over}[phase]
     checks = {f"{method}: {name}": value for method in methods
               for name, value in run(method, directory).items()}
-    print(json.dumps({"rank": hvd.rank(), "checks": checks}), flush=True)
+    report(directory, hvd.rank(), phase, checks=checks)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,12 @@
 """Rank program (horovodrun -np 2): the scripts Horovod users write, with and
-without horovod_sparse.  ``python torch_user_scripts.py <scenario>``; every rank
-prints ``{"rank": r, "checks": {name: true | message}}``.
+without horovod_sparse.  ``python torch_user_scripts.py <scenario> <out>``; every
+rank reports ``checks``: ``{name: true | message}`` (``records.report``).
 
 No script names its parameters for the compressor: ``compression=`` is the only
 change to a dense Horovod script.  "Same as dense" is bit for bit: at density 1
 with two ranks every method's average equals Horovod's (``a/2 + b/2 == (a+b)/2``).
 """
 
-import json
 import os
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from horovod_sparse.core import (ConfigurationMismatchError, ModelMismatchError,
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness import FixedSchedule  # noqa: E402
+from records import report  # noqa: E402
 
 
 def check(condition, message):
@@ -505,7 +505,7 @@ SCENARIOS = {"experts": experts, "ops": ops, "checkpoints": checkpoints, "nonfin
 def main():
     hvd.init()
     checks = SCENARIOS[sys.argv[1]]()
-    print(json.dumps({"rank": hvd.rank(), "checks": checks}), flush=True)
+    report(sys.argv[2], hvd.rank(), checks=checks)
 
 
 if __name__ == "__main__":
