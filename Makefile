@@ -30,10 +30,10 @@ bench: install
 	mpirun --allow-run-as-root -np 2 $(PY) benchmarks/sparse_allreduce.py --communicator mpi
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.01
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.001
-	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --methods none,deft,deft/paper \
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --methods dense,deft,deft/paper \
 		--epochs 12 --page deft_budget
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.01 \
-		--methods none,dgc,dgc/paper --epochs 12 --page dgc_paper
+		--methods dense,dgc,dgc/paper --epochs 12 --page dgc_paper
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/convergence.py --density 0.001 \
 		--methods gssgd,gssgd:columns=1360,gssgd:columns=5440,gssgd:rows=11,gssgd:rows=12 \
 		--page gssgd_sketch_size
@@ -42,10 +42,10 @@ bench: install
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/convergence.py --task charlm --density 0.01
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/convergence.py --task charlm --density 0.001
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/synthetic.py --docs --iters 3 \
-		--compression none,topk,gtopk,randomk,threshold,dgc,cltk,gssgd,micro,exdyna,deft
+		--compression dense,topk,gtopk,randomk,threshold,dgc,cltk,gssgd,micro,exdyna,deft
 	$(PY) benchmarks/multihost.py --rates 1gbit,10gbit
 	$(PY) benchmarks/multihost.py --fallback
-	$(PY) benchmarks/multihost.py --rates 1gbit --methods none,gtopk,gssgd,gssgd/tree \
+	$(PY) benchmarks/multihost.py --rates 1gbit --methods dense,gtopk,gssgd,gssgd/tree \
 		--page gssgd_multihost
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/threshold_control.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/gossip.py

@@ -6,6 +6,8 @@ import time
 
 from horovod_sparse.core import available, create
 
+# The dense baseline's row (the method "none": no compression).
+DENSE = "dense"
 # Benchmark rows for a method's variants: "method/variant" -> (method, options).
 VARIANTS = {"topk/union": ("topk", {"variant": "union"}),
             "deft/paper": ("deft", {"budget": "paper"}),
@@ -13,10 +15,18 @@ VARIANTS = {"topk/union": ("topk", {"variant": "union"}),
             "gssgd/tree": ("gssgd", {"merge": "tree"})}
 
 
+def rows(text):
+    """The benchmark rows of a comma-separated list, the dense baseline (``none`` or
+    ``dense``) named ``dense``."""
+    return [DENSE if row == "none" else row for row in text.split(",")]
+
+
 def row_options(row):
-    """``(method, options)`` of a benchmark row: a method's name, a ``VARIANTS``
-    key, or ``method:key=value[:key=value...]`` (values as Python literals,
-    e.g. ``gssgd:columns=1360``)."""
+    """``(method, options)`` of a benchmark row: ``dense`` (the method ``none``), a
+    method's name, a ``VARIANTS`` key, or ``method:key=value[:key=value...]``
+    (values as Python literals, e.g. ``gssgd:columns=1360``)."""
+    if row == DENSE:
+        return "none", {}
     if row in VARIANTS:
         return VARIANTS[row]
     method, *settings = row.split(":")
@@ -68,10 +78,10 @@ def oversubscription_note(ranks_on_host):
 
 
 def relative_to_floors(results):
-    """Add to each result (with ``floor_*_ms`` and a ``"none"`` row for dense among
-    ``results``) its selection as a multiple of one read of the share and its
-    "other" beyond dense's as a multiple of one accumulate pass over ``n``."""
-    dense_other = next((r["other_ms"] for r in results if r["method"] == "none"), None)
+    """Add to each result (with ``floor_*_ms`` and a ``dense`` row among ``results``)
+    its selection as a multiple of one read of the share and its "other" beyond
+    dense's as a multiple of one accumulate pass over ``n``."""
+    dense_other = next((r["other_ms"] for r in results if r["method"] == DENSE), None)
     for r in results:
         r["selection_x_read"] = r["selection_ms"] / r["floor_read_share_ms"]
         r["extra_other_x_accumulate"] = (float("nan") if dense_other is None else

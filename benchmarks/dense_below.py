@@ -12,19 +12,18 @@ the overall density.  ``--quick``: one method, two epochs, nothing written.
 
 import argparse
 import os
-import platform
 import sys
-import time
 
 import numpy as np
 import horovod.torch as hvd
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
-from digits import train  # noqa: E402
+from report import DOCS, Table, percent, provenance, write_page
 
-DOCS = os.path.join(ROOT, "docs")
-SETTINGS = {"every gradient sparsified": {}, "dense_1d=True": {"dense_1d": True}}
+sys.path.insert(0, os.path.join(os.path.dirname(DOCS), "examples"))
+from digits import make_model, train  # noqa: E402
+
+SPARSIFIED = "every gradient sparsified"
+SETTINGS = {SPARSIFIED: {}, "dense_1d=True": {"dense_1d": True}}
 
 
 def final_accuracy(run):
@@ -32,33 +31,37 @@ def final_accuracy(run):
 
 
 def write(runs, args):
-    lines = ["# Small tensors dense", "",
-             f"`horovodrun -np {hvd.size()} python benchmarks/dense_below.py --epochs "
-             f"{args.epochs} --methods {args.methods} --densities {args.densities}` "
-             f"({platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}). "
-             "Digits MLP (85,002 parameters; its 3 bias vectors hold 522), batch 16 per rank, "
-             "the schedule of `examples/digits.py`. Accuracy: mean of the last 5 epochs. "
-             "*density*: of the sparsified part (the method's target); *overall*: every "
-             "element, the dense ones included.", "",
-             "| method | density | setting | accuracy | vs sparsified | step ms | bytes/step | "
-             "density | overall |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    parameters = list(make_model().parameters())
+    rows = []
     for (method, density, setting), run in runs.items():
-        base = runs[(method, density, "every gradient sparsified")]
-        lines.append(f"| {method} | {density} | {setting} | {100 * final_accuracy(run):.2f} % | "
-                     f"{100 * (final_accuracy(run) - final_accuracy(base)):+.2f} | "
-                     f"{run['step_ms']:.1f} | {run['bytes_per_step']:,.0f} | "
-                     f"{run['density']:.5f} | {run['overall_density']:.5f} |")
-    gains = [final_accuracy(run) - final_accuracy(runs[(m, d, "every gradient sparsified")])
-             for (m, d, setting), run in runs.items() if setting != "every gradient sparsified"]
-    slower = [run["step_ms"] / runs[(m, d, "every gradient sparsified")]["step_ms"]
-              for (m, d, setting), run in runs.items() if setting != "every gradient sparsified"]
-    lines += ["", f"Over these runs `dense_1d` changed accuracy by {100 * min(gains):+.2f} to "
-              f"{100 * max(gains):+.2f} points and step time by {min(slower):.2f}x to "
-              f"{max(slower):.2f}x. The default stays off (every gradient sparsified), which "
-              "keeps each method as its paper states it; turn it on where the small tensors "
-              "matter (the accuracy column says how much they did here).", ""]
-    with open(os.path.join(DOCS, "dense_below.md"), "w") as f:
-        f.write("\n".join(lines))
+        base = runs[(method, density, SPARSIFIED)]
+        rows.append({**run, "method": method, "density_target": density, "setting": setting,
+                     "final": final_accuracy(run),
+                     "gain": final_accuracy(run) - final_accuracy(base),
+                     "slower": run["step_ms"] / base["step_ms"]})
+    gains, slower = zip(*((r["gain"], r["slower"]) for r in rows if r["setting"] != SPARSIFIED))
+    lines = ["# Small tensors dense", "",
+             provenance(f"horovodrun -np {hvd.size()} python benchmarks/dense_below.py --epochs "
+                        f"{args.epochs} --methods {args.methods} --densities {args.densities}")
+             + f". Digits MLP ({sum(p.numel() for p in parameters):,} parameters; its "
+             f"{sum(p.dim() == 1 for p in parameters)} bias vectors hold "
+             f"{sum(p.numel() for p in parameters if p.dim() == 1):,}), "
+             "batch 16 per rank, the schedule of `examples/digits.py`. Accuracy: mean of the "
+             "last 5 epochs. *density*: of the sparsified part (the method's target); "
+             "*overall*: every element, the dense ones included.", "",
+             *Table(("method", "method", ""), ("density", "density_target", ">"),
+                    ("setting", "setting", ""),
+                    ("accuracy", percent("final"), ">"),
+                    ("vs sparsified", lambda r: 100 * r["gain"], "+.2f"),
+                    ("step ms", "step_ms", ".1f"), ("bytes/step", "bytes_per_step", ",.0f"),
+                    ("density", "density", ".5f"),
+                    ("overall", "overall_density", ".5f")).markdown(rows),
+             "", f"Over these runs `dense_1d` changed accuracy by {100 * min(gains):+.2f} to "
+             f"{100 * max(gains):+.2f} points and step time by {min(slower):.2f}x to "
+             f"{max(slower):.2f}x. The default stays off (every gradient sparsified), which "
+             "keeps each method as its paper states it; turn it on where the small tensors "
+             "matter (the accuracy column says how much they did here).", ""]
+    write_page("dense_below.md", lines)
 
 
 def main():

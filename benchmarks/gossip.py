@@ -11,20 +11,17 @@ and writes nothing.
 """
 
 import argparse
-import csv
 import os
-import platform
 import sys
-import time
 
 import numpy as np
 import horovod.torch as hvd
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
+from common import DENSE, row_options, rows
+from report import DOCS, Table, figure, provenance, write_csv, write_page
 
-DOCS = os.path.join(ROOT, "docs")
-LABELS = {"none": "AllReduce-SGD", "crossover": "Crossover-SGD",
+sys.path.insert(0, os.path.join(os.path.dirname(DOCS), "examples"))
+LABELS = {DENSE: "AllReduce-SGD (dense)", "crossover": "Crossover-SGD",
           "hierarchical": "Crossover-SGD, 2 groups", "sgp": "SGP"}
 
 
@@ -35,14 +32,14 @@ class Task:
         self.charlm = args.task == "charlm"
         if self.charlm:
             from charlm import train
-            self.train = lambda method, batch, lr: train(method, steps=args.steps,
+            self.train = lambda row, batch, lr: train(row_options(row)[0], steps=args.steps,
                                                          batch_size=batch, lr=lr, verbose=False)
             self.x, self.quality, self.label = "step", "bpc", "validation bits/char"
             self.series = lambda r: [point["bpc"] for point in r["curve"]]
             self.xs = lambda r: [point["step"] for point in r["curve"]]
         else:
             from digits import train
-            self.train = lambda method, batch, lr: train(method, epochs=args.epochs,
+            self.train = lambda row, batch, lr: train(row_options(row)[0], epochs=args.epochs,
                                                          batch_size=batch, lr=lr, verbose=False)
             self.x, self.quality, self.label = "epoch", "accuracy", "test accuracy"
             self.series = lambda r: r["accuracies"]
@@ -62,56 +59,48 @@ class Task:
 
 
 def write(runs, args, task):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    stem = os.path.join(DOCS, "gossip_charlm" if task.charlm else "gossip")
-    with open(stem + ".csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow([task.x] + [f"{r['method']}@{r['global_batch']}" for r in runs])
-        for i, x in enumerate(task.xs(runs[0])):
-            writer.writerow([x] + [f"{task.series(r)[i]:.4f}" for r in runs])
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for axis, batch in zip(axes, sorted({r["global_batch"] for r in runs})):
-        for r in (r for r in runs if r["global_batch"] == batch):
-            axis.plot(task.xs(r), task.series(r), label=LABELS[r["method"]])
-        axis.set(xlabel=task.x, title=f"global batch {batch}",
-                 ylim=(1.5, 4.5) if task.charlm else (0.8, 1.0))
-        axis.legend()
-    axes[0].set_ylabel(f"{task.label} (rank 0's model)")
-    figure.tight_layout()
-    figure.savefig(stem + ".png", dpi=100)
-    what = ("Language model of `examples/charlm.py` (1,331,456 parameters), "
+    name = "gossip_charlm" if task.charlm else "gossip"
+    write_csv(name + ".csv", [task.x] + [f"{r['method']}@{r['global_batch']}" for r in runs],
+              ([x] + [f"{task.series(r)[i]:.4f}" for r in runs]
+               for i, x in enumerate(task.xs(runs[0]))))
+    with figure(name + ".png", 1, 2, figsize=(11, 4), sharey=True) as axes:
+        for axis, batch in zip(axes, sorted({r["global_batch"] for r in runs})):
+            for r in (r for r in runs if r["global_batch"] == batch):
+                axis.plot(task.xs(r), task.series(r), label=LABELS[r["method"]])
+            axis.set(xlabel=task.x, title=f"global batch {batch}",
+                     ylim=(1.5, 4.5) if task.charlm else (0.8, 1.0))
+            axis.legend()
+        axes[0].set_ylabel(f"{task.label} (rank 0's model)")
+    what = (f"Language model of `examples/charlm.py` ({runs[0]['parameters']:,} parameters), "
             f"{args.steps} steps, SGD momentum 0.9, cosine decay, gradient norm clipped to 1 "
             "(under gossip each rank clips its own); " if task.charlm else
-            "Digits MLP (85,002 parameters), SGD momentum 0.9, cosine decay; ")
+            f"Digits MLP ({runs[0]['parameters']:,} parameters), SGD momentum 0.9, cosine decay; ")
     how = ("Bits/char: rank 0's model on the validation windows, mean of the last two "
            "evaluations" if task.charlm else "Accuracy: rank 0's model, mean of the last 5 epochs")
+    for r in runs:
+        r["base"] = next(b for b in runs if b["method"] == DENSE
+                         and b["global_batch"] == r["global_batch"])
     lines = ["# Gossip (Crossover-SGD, SGP) vs AllReduce-SGD"
              + (" on the language model" if task.charlm else ""), "",
-             f"`horovodrun -np {hvd.size()} python benchmarks/gossip.py --task {args.task} "
-             + (f"--steps {args.steps}` " if task.charlm else f"--epochs {args.epochs}` ")
-             + f"({platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}). "
-             + what + f"batch {args.batch} per rank at lr {args.lr}, and {args.large_batch} per "
-             f"rank at lr {args.large_lr}. {how}; disagreement: max |x_r - mean_r x| over the "
-             "parameters at the end.", "",
-             f"| method | global batch | {task.label} | vs AllReduce | disagreement | step ms | "
-             "bytes/step |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in runs:
-        base = next(b for b in runs if b["method"] == "none" and b["global_batch"] == r["global_batch"])
-        lines.append(f"| {LABELS[r['method']]} | {r['global_batch']} | {task.cell(r)} | "
-                     f"{task.versus(r, base)} | {r['disagreement']:.2e} | {r['step_ms']:.1f} | "
-                     f"{r['bytes_per_step']:,.0f} |")
-    lines += ["", "Every run uses `hvd.init(process_sets=\"dynamic\")` (the hierarchical mode "
-              "registers its groups), which on this machine makes every Horovod collective "
-              f"slower, and {hvd.size()} ranks share {os.cpu_count()} cores: compare the times "
-              "with each other, not with a cluster. The hierarchical mode adds a collective a "
-              "step (the group allreduce) and its leaders send the model to their group, so it "
-              "is the slowest here; its point is that the in-group allreduce runs on fast local "
-              "links.", "", f"![gossip]({os.path.basename(stem)}.png)", ""]
-    with open(stem + ".md", "w") as f:
-        f.write("\n".join(lines))
+             provenance(f"horovodrun -np {hvd.size()} python benchmarks/gossip.py --task "
+                        f"{args.task} " + (f"--steps {args.steps}" if task.charlm else
+                                            f"--epochs {args.epochs}"))
+             + ". " + what + f"batch {args.batch} per rank at lr {args.lr}, and "
+             f"{args.large_batch} per rank at lr {args.large_lr}. {how}; disagreement: max "
+             "|x_r - mean_r x| over the parameters at the end.", "",
+             *Table(("method", lambda r: LABELS[r["method"]], ""),
+                    ("global batch", "global_batch", "d"), (task.label, task.cell, ">"),
+                    ("vs AllReduce", lambda r: task.versus(r, r["base"]), ">"),
+                    ("disagreement", "disagreement", ".2e"), ("step ms", "step_ms", ".1f"),
+                    ("bytes/step", "bytes_per_step", ",.0f")).markdown(runs),
+             "", "Every run uses `hvd.init(process_sets=\"dynamic\")` (the hierarchical mode "
+             "registers its groups), which on this machine makes every Horovod collective "
+             f"slower, and {hvd.size()} ranks share {os.cpu_count()} cores: compare the times "
+             "with each other, not with a cluster. The hierarchical mode adds a collective a "
+             "step (the group allreduce) and its leaders send the model to their group; its "
+             "point is that the in-group allreduce runs on fast local links.", "",
+             f"![gossip]({name}.png)", ""]
+    write_page(name + ".md", lines)
 
 
 def main():
@@ -119,7 +108,8 @@ def main():
     parser.add_argument("--task", choices=("digits", "charlm"), default="digits")
     parser.add_argument("--epochs", type=int, default=40, help="digits")
     parser.add_argument("--steps", type=int, default=200, help="charlm")
-    parser.add_argument("--methods", default="none,crossover,hierarchical,sgp")
+    parser.add_argument("--methods", default="dense,crossover,hierarchical,sgp",
+                        help="comma-separated; dense (or none) = AllReduce-SGD")
     parser.add_argument("--batch", type=int, help="per rank (digits 16, charlm 4)")
     parser.add_argument("--lr", type=float, help="(digits 0.05, charlm 3.0)")
     parser.add_argument("--large-batch", type=int, help="per rank (digits 64, charlm 16)")
@@ -137,9 +127,9 @@ def main():
     hvd.init(process_sets="dynamic")
     runs = []
     for batch, lr in ((args.batch, args.lr), (args.large_batch, args.large_lr)):
-        for method in args.methods.split(","):
-            run = task.train(method, batch, lr)
-            run["global_batch"] = batch * hvd.size()
+        for method in rows(args.methods):
+            run = {**task.train(method, batch, lr), "method": method,
+                   "global_batch": batch * hvd.size()}
             runs.append(run)
             if hvd.rank() == 0:
                 print(f"{LABELS[method]:>24} @ {run['global_batch']:4d}: {task.quality} "

@@ -13,18 +13,15 @@ before measuring and not counted.
 """
 
 import argparse
-import os
-import platform
 import sys
-import time
 import tracemalloc
 
 import numpy as np
 
 from horovod_sparse import available, create
 from horovod_sparse.core import GradientExchange, Layout, NumpyOps, run_simulated
+from report import Table, provenance, write_page
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANKS = 2
 
 
@@ -69,22 +66,22 @@ def main():
     if args.quick:
         return
     lines = ["# Memory of the sparse step", "",
-             f"`python benchmarks/memory.py --elements {args.elements} --density {args.density}` "
-             f"({platform.machine()}, {time.strftime('%Y-%m-%d')}). {RANKS} simulated ranks, "
+             provenance(f"python benchmarks/memory.py --elements {args.elements} --density "
+                        f"{args.density}")
+             + f". {RANKS} simulated ranks, "
              "NumpyOps (the CPU kernels torch gradients use), after 3 warm-up steps; per rank, "
              "in float32 gradient sizes (4n bytes), the gradient itself not counted. *kept*: "
              "what the exchange holds between steps (residual and its spare buffer, the two "
              "output buffers Horovod's views need, the velocity under momentum correction); "
              "*peak*: the most during a step.", "",
-             "| method | kept | peak |", "|---|---:|---:|"]
-    lines += [f"| {r['method']} | {r['kept']:.2f} | {r['peak']:.2f} |" for r in rows]
-    lines += ["", "Where it goes: residual + spare `acc` (2n, so that a refused step loses "
-              "nothing), two output buffers used in turn (2n: the aggregate a step returns is "
-              "`p.grad`'s storage until the step after next), a velocity and its spare under "
-              "momentum correction (2n more for DGC and gs-SGD); the step's own temporaries "
-              "are index and value lists of a few k.", ""]
-    with open(os.path.join(ROOT, "docs", "memory.md"), "w") as f:
-        f.write("\n".join(lines))
+             *Table(("method", "method", ""), ("kept", "kept", ".2f"),
+                    ("peak", "peak", ".2f")).markdown(rows),
+             "", "Where it goes: residual + spare `acc` (2n, so that a refused step loses "
+             "nothing), two output buffers used in turn (2n: the aggregate a step returns is "
+             "`p.grad`'s storage until the step after next), a velocity and its spare under "
+             "momentum correction (2n more for DGC and gs-SGD); the step's own temporaries "
+             "are index and value lists of a few k.", ""]
+    write_page("memory.md", lines)
 
 
 if __name__ == "__main__":

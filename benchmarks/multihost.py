@@ -2,7 +2,7 @@
 
     python benchmarks/multihost.py --rates 1gbit,10gbit    # as root
 
-For each link rate the test bed (``tests/multihost/testbed.py``: two network
+For each link rate the test bed (``benchmarks/testbed.py``: two network
 namespaces with sshd, a veth link shaped by ``tc tbf``) is brought up, and
 for each method ``benchmarks/synthetic.py`` (the 27.2M-parameter ``wide``
 model) runs under ``horovodrun -H hs-node1:R,hs-node2:R`` (Gloo over ssh)
@@ -24,22 +24,19 @@ import contextlib
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import tempfile
-import time
+
+from horovod_sparse.core.fallback import AutoFallback
+import testbed
+from common import DENSE, relative_to_floors, rows
+from report import Table, figure, provenance, write_page
+from synthetic import throughput_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "multihost"))
-import testbed  # noqa: E402
-from common import relative_to_floors  # noqa: E402
-
-from horovod_sparse.core.fallback import AutoFallback  # noqa: E402
-
-DOCS = os.path.join(ROOT, "docs")
 BIN = os.path.dirname(sys.executable)
-METHODS = "none,topk,gtopk,micro,exdyna,deft,gssgd"
+METHODS = "dense,topk,gtopk,micro,exdyna,deft,gssgd"
 
 
 def launch_on_bed(slots, arguments, timeout=900):
@@ -91,21 +88,18 @@ def run(method, args, out, fallback=None, iters=None):
 
 
 def write(results, args):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     page = args.page or "multihost"
     options = f" --methods {args.methods} --page {page}" if args.page else ""
+    first = next(iter(results.values()))[0]
     lines = ["# Across two hosts", "",
-             f"`python benchmarks/multihost.py --rates {args.rates} --density {args.density}"
-             f"{options}` "
-             f"(as root; {platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}). "
-             "Two emulated hosts (network namespaces with sshd, `tests/multihost/testbed.py`) "
+             provenance(f"python benchmarks/multihost.py --rates {args.rates} --density "
+                        f"{args.density}{options}", "as root")
+             + ". Two emulated hosts (network namespaces with sshd, `benchmarks/testbed.py`) "
              f"joined by a veth link shaped with `tc tbf` on both ends; {args.ranks_per_host} "
              f"rank(s) per host (`--ranks-per-host {args.ranks_per_host}`), "
-             "`horovodrun --gloo` over ssh; `benchmarks/synthetic.py --model wide` (27.2M "
-             f"parameters, batch 8 per rank, density {args.density}). "
+             "`horovodrun --gloo` over ssh; `benchmarks/synthetic.py --model wide` "
+             f"({first['parameters']:,} parameters, batch {first['batch_size']} per rank, "
+             f"density {args.density}). "
              + ("One core per rank: the emulated hosts share the machine's "
                 f"{os.cpu_count()} cores. " if 2 * args.ranks_per_host <= os.cpu_count() else
                 f"The ranks outnumber the machine's {os.cpu_count()} cores, so every "
@@ -113,36 +107,19 @@ def write(results, args):
              + "The link is the part a cluster shares. *sel/read*: selection as a multiple of "
              "one read of the rank's share; *extra/acc*: the method's other minus dense's, as a "
              "multiple of one accumulate pass over n (floors measured in each run).", ""]
-    for rate, rows in results.items():
-        dense = next(r for r in rows if r["method"] == "none")["total_img_sec"]
-        lines += [f"## {rate}", "", "| method | total img/sec | vs dense | step ms | fwd+bwd | "
-                  "selection | communication | other | sel/read | extra/acc | bytes/worker/step |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for r in rows:
-            lines.append(f"| {'dense' if r['method'] == 'none' else r['method']} | "
-                         f"{r['total_img_sec']:.1f} +-{r['total_img_sec_ci']:.1f} | "
-                         f"{r['total_img_sec'] / dense:.2f}x | {r['step_ms']:.0f} | "
-                         f"{r['forward_backward_ms']:.0f} | {r['selection_ms']:.0f} | "
-                         f"{r['communication_ms']:.0f} | {r['other_ms']:.0f} | "
-                         f"{r['selection_x_read']:.1f} | {r['extra_other_x_accumulate']:.1f} | "
-                         f"{r['bytes_per_step']:,.0f} |")
-        lines.append("")
-    lines += [f"![throughput]({page}.png)", ""]
-    with open(os.path.join(DOCS, f"{page}.md"), "w") as f:
-        f.write("\n".join(lines))
-    figure, axis = plt.subplots(figsize=(8, 4))
-    methods = [r["method"] for r in next(iter(results.values()))]
-    width = 0.8 / len(results)
-    for i, (rate, rows) in enumerate(results.items()):
-        axis.bar([j + i * width for j in range(len(methods))], [r["total_img_sec"] for r in rows],
-                 width, label=rate)
-    axis.set_xticks([j + width * (len(results) - 1) / 2 for j in range(len(methods))],
-                    ["dense" if m == "none" else m for m in methods])
-    axis.set(ylabel=f"total img/sec ({2 * args.ranks_per_host} ranks)",
-             title="27.2M-parameter MLP across two hosts")
-    axis.legend(title="link")
-    figure.tight_layout()
-    figure.savefig(os.path.join(DOCS, f"{page}.png"), dpi=100)
+    for rate, rate_rows in results.items():
+        lines += [f"## {rate}", "", *throughput_table(rate_rows).markdown(rate_rows), ""]
+    write_page(f"{page}.md", lines + [f"![throughput]({page}.png)", ""])
+    with figure(f"{page}.png", figsize=(8, 4)) as axis:
+        methods = [r["method"] for r in next(iter(results.values()))]
+        width = 0.8 / len(results)
+        for i, (rate, rate_rows) in enumerate(results.items()):
+            axis.bar([j + i * width for j in range(len(methods))],
+                     [r["total_img_sec"] for r in rate_rows], width, label=rate)
+        axis.set_xticks([j + width * (len(results) - 1) / 2 for j in range(len(methods))], methods)
+        axis.set(ylabel=f"total img/sec ({2 * args.ranks_per_host} ranks)",
+                 title=f"{first['parameters'] / 1e6:.1f}M-parameter MLP across two hosts")
+        axis.legend(title="link")
 
 
 def demo(results):
@@ -150,15 +127,16 @@ def demo(results):
     dense = results[0]
     print(f"\nAcross two hosts joined by a 1 Gbit/s link, one rank each, the "
           f"{dense['parameters']:,}-parameter wide model (batch {dense['batch_size']} per rank):")
-    print(f"{'method':>8}  {'img/s':>7}  {'vs dense':>8}  {'step ms':>7}  {'communication':>13}  "
-          f"{'loss':>7}")
-    for r in results:
-        print(f"{'dense' if r['method'] == 'none' else r['method']:>8}  {r['total_img_sec']:7.1f}  "
-              f"{r['total_img_sec'] / dense['total_img_sec']:7.2f}x  {r['step_ms']:7.0f}  "
-              f"{r['communication_ms']:10.0f} ms  {r['loss']:7.4f}")
-    print("The dense allreduce of every parameter is most of dense's step on this link; the "
-          "sparse step sends a thousandth of them (loss: the same random batch, after the "
-          "same steps).")
+    table = Table(("method", "method", ""), ("img/s", "total_img_sec", ".1f"),
+                  ("vs dense", lambda r: f"{r['total_img_sec'] / dense['total_img_sec']:.2f}x", ">"),
+                  ("step ms", "step_ms", ".0f"), ("communication ms", "communication_ms", ".0f"),
+                  ("loss", "loss", ".4f"))
+    print("\n".join([table.header(), *map(table.line, results)]))
+    print(f"The dense allreduce of every parameter takes "
+          f"{dense['communication_ms'] / dense['step_ms']:.0%} of dense's step on this link; "
+          "the sparse step sends a fraction "
+          f"{results[-1]['density_target']} of them (loss: the same random batch, after the same "
+          "steps).")
 
 
 def fallback_run(args, scratch):
@@ -172,32 +150,32 @@ def fallback_run(args, scratch):
     steps = schedule.warmup + math.ceil(schedule.block * 3 / schedule.probe_cost) \
         + 2 * schedule.block + 20
     iters = -(-steps // 3)  # synthetic.py: 3 batches per iteration, after 3 warm-up steps
-    results = [run("none", args, os.path.join(scratch, "dense.json")),
+    results = [run(DENSE, args, os.path.join(scratch, "dense.json")),
                run("exdyna", args, os.path.join(scratch, "exdyna.json")),
                run("exdyna", args, os.path.join(scratch, "auto.json"), fallback="auto",
                    iters=iters)]
     dense, sparse, auto = (r["total_img_sec"] for r in results)
     kept = (auto - dense) / (sparse - dense)
+    step_d, step_s = results[0]["step_ms"], results[1]["step_ms"]
+    gap = schedule.block * abs(step_d - step_s) / (schedule.probe_cost * min(step_d, step_s))
     lines = ["# fallback=\"auto\" where sparse wins", "",
-             f"`python benchmarks/multihost.py --fallback` (as root; {platform.machine()}, "
-             f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}): the wide model "
-             f"({results[0]['parameters']:,} parameters, density {args.density}) across the "
-             "two-host bed at 1 Gbit/s, one rank per host.  The fallback run times "
-             f"{3 * iters} steps after 3 warm-up ones: its {schedule.warmup} warm-up steps, "
-             f"its first check ({schedule.block} sparse and {schedule.block} dense steps, the "
-             "first of each kind untimed) and the steps up to the next check, "
-             f"{schedule.block} |D - S| / ({schedule.probe_cost} min(D, S)) steps after the "
-             "first (D and S the dense and sparse step times; ~900 steps where a dense step "
-             "costs 4 sparse ones).", "",
-             "| run | total img/sec | vs dense | dense steps |", "|---|---:|---:|---:|"]
-    for name, r in zip(("dense", "exdyna", "exdyna, fallback=auto"), results):
-        lines.append(f"| {name} | {r['total_img_sec']:.1f} | {r['total_img_sec'] / dense:.2f}x "
-                     f"| {r['dense_step_share']:.1%} |")
-    lines += ["", f"Share of ExDyna's speed-up over dense that the fallback keeps: {kept:.0%} "
-              f"(target 90 %: {'met' if kept >= 0.9 else 'missed'}).", ""]
+             provenance("python benchmarks/multihost.py --fallback", "as root")
+             + f": the wide model ({results[0]['parameters']:,} parameters, density "
+             f"{args.density}) across the two-host bed at 1 Gbit/s, one rank per host.  The "
+             f"fallback run times {3 * iters} steps after 3 warm-up ones: its "
+             f"{schedule.warmup} warm-up steps, its first check ({schedule.block} sparse and "
+             f"{schedule.block} dense steps, the first of each kind untimed) and the steps up to "
+             f"the next check, {schedule.block} |D - S| / ({schedule.probe_cost} min(D, S)) steps "
+             "after the first (D and S the dense and sparse step times; here D = "
+             f"{step_d:.0f} ms and S = {step_s:.0f} ms: {gap:.0f} steps).", "",
+             *Table(("run", lambda r: r["method"] + (", fallback=auto" if r["fallback"] else ""), ""),
+                    ("total img/sec", "total_img_sec", ".1f"),
+                    ("vs dense", lambda r: f"{r['total_img_sec'] / dense:.2f}x", ">"),
+                    ("dense steps", "dense_step_share", ".1%")).markdown(results),
+             "", f"Share of ExDyna's speed-up over dense that the fallback keeps: {kept:.0%} "
+             f"(target 90 %: {'met' if kept >= 0.9 else 'missed'}).", ""]
     print("\n".join(lines))
-    with open(os.path.join(DOCS, "fallback_multihost.md"), "w") as f:
-        f.write("\n".join(lines))
+    write_page("fallback_multihost.md", lines)
 
 
 DEMO_HINT = ("Sparse training pays where the network is the bottleneck, which one host is not. "
@@ -208,7 +186,8 @@ DEMO_HINT = ("Sparse training pays where the network is the bottleneck, which on
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="1gbit,10gbit", help="tc rates, comma-separated")
-    parser.add_argument("--methods", default=METHODS, help="comma-separated; none = dense")
+    parser.add_argument("--methods", default=METHODS, help="comma-separated; dense (or none) = "
+                        "Horovod's allreduce")
     parser.add_argument("--density", type=float, default=0.001)
     parser.add_argument("--iters", type=int, default=4)
     parser.add_argument("--ranks-per-host", type=int, default=max(1, (os.cpu_count() or 2) // 2),
@@ -224,19 +203,19 @@ def main():
             fallback_run(args, scratch)
         return
     if args.quick:
-        args.rates, args.methods = "unshaped", "none,exdyna"
+        args.rates, args.methods = "unshaped", "dense,exdyna"
     if args.demo:
         if os.geteuid() != 0:
             print(DEMO_HINT)
             return
-        args.rates, args.methods, args.iters = "1gbit", "none,exdyna", 2
+        args.rates, args.methods, args.iters = "1gbit", "dense,exdyna", 2
     results = {}
     with test_bed("multihost"), tempfile.TemporaryDirectory() as scratch:
         for rate in args.rates.split(","):
             bring_up(rate)
             results[rate] = relative_to_floors(
                 [run(m, args, os.path.join(scratch, f"{rate}-{i}.json"))
-                 for i, m in enumerate(args.methods.split(","))])
+                 for i, m in enumerate(rows(args.methods))])
     if args.demo:
         demo(results["1gbit"])
     elif not args.quick:

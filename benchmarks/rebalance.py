@@ -14,21 +14,42 @@ small stream, nothing written.
 """
 
 import argparse
-import os
-import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-from gradients import stream  # noqa: E402
-from harness import run_core  # noqa: E402
+from horovod_sparse.core import GradientExchange, Layout, NumpyOps, create, run_simulated
+from report import Table, figure, provenance, write_page
 
 RUNS = [("micro", "micro", {}),
         ("exdyna/paper", "exdyna", {"rebalance": "paper"}),
         ("exdyna/proportional", "exdyna", {"rebalance": "proportional"}),
         ("exdyna, paper mode", "exdyna", {"rebalance": "paper", "threshold_control": "paper",
                                           "initial_threshold": "paper"})]
+
+
+def skewed_gradient(step, rank, n):
+    """Heavy-tailed (Student-t, 3 dof) float32 values on the grid 2**-8, the first
+    fifth 8x larger; reproducible from ``(step, rank)``."""
+    rng = np.random.default_rng([1, step, rank])
+    flat = (np.clip(np.round(rng.standard_t(3, n) * 32), -2 ** 14, 2 ** 14) / 256).astype(np.float32)
+    flat[: n // 5] *= 8
+    return flat
+
+
+def run(method, options, args):
+    """Rank 0's metrics (``StepMetrics``) at each step of ``args.ranks`` simulated ranks."""
+    layout = Layout(names=("w",), shapes=((args.elements,),), dtypes=("float32",))
+
+    def worker(comm):
+        exchange = GradientExchange(create(method, density=args.density, **options), NumpyOps(),
+                                    comm)
+        history = []
+        for step in range(args.steps):
+            exchange.step([skewed_gradient(step, comm.rank, args.elements)], layout)
+            history.append(exchange.metrics)
+        return history
+
+    return run_simulated(args.ranks, worker)[0]
 
 
 def main():
@@ -41,44 +62,37 @@ def main():
     args = parser.parse_args()
     if args.quick:
         args.steps, args.elements = 8, 1 << 14
-    shapes = [(args.elements,)]
-    grads = stream(seed=1, steps=args.steps, size=args.ranks, skew=True, shapes=shapes)
-    curves, received, selected = {}, {}, {}
     k = max(1, int(args.density * args.elements))
+    rows = []
     for label, method, options in RUNS:
+        row = {"run": label}
         for allgather in ("exact", "padded"):
-            records = run_core(method, {**options, "allgather": allgather}, grads, args.density,
-                               shapes=shapes)[0]
-            received[label, allgather] = np.mean([r["elements_received"] for r in records])
-        curves[label] = [args.ranks * max(r["counts"]) / sum(r["counts"]) - 1 for r in records]
-        selected[label] = np.mean([sum(r["counts"]) / k for r in records[-20:]])
-        first_under = next((t for t, v in enumerate(curves[label]) if v <= 0.05), None)
+            history = run(method, {**options, "allgather": allgather}, args)
+            row[allgather] = np.mean([m.elements_received for m in history])
+        curve = row["curve"] = [args.ranks * max(m.counts) / sum(m.counts) - 1 for m in history]
+        row["selected"] = np.mean([sum(m.counts) / k for m in history[-20:]])
+        row["first"] = next((t for t, v in enumerate(curve) if v <= 0.05), None)
+        rows.append(row)
         print(f"{label:>20}: imbalance at steps 0,1,5,10,20,last = "
-              + ", ".join(f"{curves[label][t]:.3f}" for t in (0, 1, 5, 10, 20, -1)
-                          if t < len(curves[label]))
-              + f"; first step <= 5 %: {first_under}; received per step, padded / exact: "
-              f"{received[label, 'padded'] / received[label, 'exact']:.2f}; selected / k "
-              f"{selected[label]:.2f}", flush=True)
+              + ", ".join(f"{curve[t]:.3f}" for t in (0, 1, 5, 10, 20, -1) if t < len(curve))
+              + f"; first step <= 5 %: {row['first']}; received per step, padded / exact: "
+              f"{row['padded'] / row['exact']:.2f}; selected / k {row['selected']:.2f}", flush=True)
     if not args.quick:
-        write(curves, received, selected, args)
+        write(rows, args)
 
 
-def write(curves, received, selected, args):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 4))
-    for label, curve in curves.items():
-        axis.plot(curve, label=label)
-    axis.set(yscale="log", xlabel="step", ylabel="imbalance  P max k_i / sum k_i - 1",
-             title=f"{args.ranks} ranks, {args.elements:,} elements, first fifth 8x, d={args.density}")
-    axis.axhline(0.05, color="gray", linestyle=":")
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(os.path.join(ROOT, "docs", "rebalance.png"), dpi=100)
+def write(rows, args):
+    with figure("rebalance.png", figsize=(7, 4)) as axis:
+        for r in rows:
+            axis.plot(r["curve"], label=r["run"])
+        axis.set(yscale="log", xlabel="step", ylabel="imbalance  P max k_i / sum k_i - 1",
+                 title=f"{args.ranks} ranks, {args.elements:,} elements, first fifth 8x, "
+                 f"d={args.density}")
+        axis.axhline(0.05, color="gray", linestyle=":")
+        axis.legend()
     lines = ["# Rebalancing on a skewed stream", "",
-             f"`python benchmarks/rebalance.py` (simulated ranks, exact algorithm): {args.ranks} ranks, "
+             provenance("python benchmarks/rebalance.py", "simulated ranks, exact algorithm")
+             + f": {args.ranks} ranks, "
              f"{args.elements:,} elements, Student-t gradients with the first fifth 8x larger, "
              f"density {args.density}; the adaptive threshold control except in the paper "
              "mode (the released code's rule and first threshold).  Imbalance: "
@@ -88,25 +102,20 @@ def write(curves, received, selected, args):
              "and with every index list padded to the longest (the papers' equal-size "
              "allgather): the same result, and the difference is what imbalance costs there.",
              "",
-             "| run | step 0 | step 1 | step 5 | step 10 | step 20 | mean of last 20 | "
-             "first step <= 5 % | selected / k | received, exact | received, padded | "
-             "padded / exact |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for label, c in curves.items():
-        first = next((t for t, v in enumerate(c) if v <= 0.05), "never")
-        exact, padded = received[label, "exact"], received[label, "padded"]
-        lines.append(f"| {label} | {c[0]:.3f} | {c[1]:.3f} | {c[5]:.3f} | {c[10]:.3f} | {c[20]:.3f} | "
-                     f"{np.mean(c[-20:]):.3f} | {first} | {selected[label]:.2f} | {exact:,.0f} | {padded:,.0f} | "
-                     f"{padded / exact:.2f} |")
-    paper = selected["exdyna, paper mode"]
+             *Table(("run", "run", ""),
+                    *((f"step {t}", lambda r, t=t: r["curve"][t], ".3f") for t in (0, 1, 5, 10, 20)),
+                    ("mean of last 20", lambda r: np.mean(r["curve"][-20:]), ".3f"),
+                    ("first step <= 5 %", lambda r: "never" if r["first"] is None else r["first"], ">"),
+                    ("selected / k", "selected", ".2f"),
+                    ("received, exact", "exact", ",.0f"), ("received, padded", "padded", ",.0f"),
+                    ("padded / exact", lambda r: r["padded"] / r["exact"], ".2f")).markdown(rows)]
+    paper = next(r["selected"] for r in rows if r["run"] == "exdyna, paper mode")
     if paper > 2:
         lines += ["", f"The paper mode's first threshold, `1/(2 sqrt k)` = "
                   f"{1 / (2 * np.sqrt(max(1, int(args.density * args.elements)))):.4f}, lies far "
                   f"below this stream's magnitudes: it selects {paper:.0f}x `k`, and its rule "
                   "raises the threshold by 0.5 % a step."]
-    lines += ["", "![rebalance](rebalance.png)", ""]
-    with open(os.path.join(ROOT, "docs", "rebalance.md"), "w") as f:
-        f.write("\n".join(lines))
+    write_page("rebalance.md", lines + ["", "![rebalance](rebalance.png)", ""])
 
 
 if __name__ == "__main__":

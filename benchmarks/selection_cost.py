@@ -28,9 +28,6 @@ Prints milliseconds and ratios; writes ``docs/selection_cost.md`` and
 """
 
 import argparse
-import os
-import platform
-import time
 
 import numpy as np
 import torch
@@ -39,8 +36,7 @@ from horovod_sparse.core import GradientExchange, Layout, available, create
 from horovod_sparse.core.comm import Communicator
 from horovod_sparse.torch.ops import TorchOps
 from common import best_ms
-
-DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+from report import Table, figure, provenance, write_page
 
 
 class MirroredPeers(Communicator):
@@ -127,64 +123,53 @@ def main():
         args.sizes, args.densities, args.workers, args.warmup, args.repeats = "200000", "0.01", "4", 1, 1
     torch.set_num_threads(1)
     methods = args.methods.split(",")
+    table = Table(("n", "n", ","), ("d", "density", ">"), ("P", "P", "d"),
+                  ("topk(n)", "topk_n", ".2f"), ("pass n/P", "pass_share", ".2f"),
+                  *((m, m, ".2f") for m in methods))
     rows = []
-    print(f"{'n':>10} {'d':>6} {'P':>3} {'topk(n)':>9} {'pass':>7} "
-          + " ".join(f"{m:>9}" for m in methods) + "   exdyna/pass  topk(n)/exdyna")
+    print(table.header(), flush=True)
     for n in map(int, args.sizes.split(",")):
         for density in map(float, args.densities.split(",")):
             for size in map(int, args.workers.split(",")):
-                row = measure(n, density, size, methods, args.warmup, args.repeats)
-                rows.append(row)
-                ratios = (f"{row['exdyna'] / row['pass_share']:>13.2f} {row['topk_n'] / row['exdyna']:>15.1f}"
-                          if "exdyna" in row else "")
-                print(f"{n:>10,} {density:>6} {size:>3} {row['topk_n']:>9.2f} {row['pass_share']:>7.2f} "
-                      + " ".join(f"{row[m]:>9.2f}" for m in methods) + ratios, flush=True)
-    if not args.quick:
-        write_docs(rows, methods, args)
-
-
-def write_docs(rows, methods, args):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    lines = ["# Selection cost per worker", "",
-             f"`python benchmarks/selection_cost.py` ({platform.machine()}, {os.cpu_count()} cores, "
-             f"one torch thread, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}). "
-             f"Milliseconds per step: each method's own selection timer in its exchange, as one "
-             f"worker of P mirrored workers (see the script's docstring), best of {args.repeats} "
-             f"steps after {args.warmup} warm-up steps; the references best of {args.repeats}. "
-             "Student-t (3 dof) float32 gradient stream. `topk(n)`: `torch.topk` over the whole "
-             "vector; `pass`: one `abs` pass over the worker's n/P share.", "",
-             "| n | d | P | topk(n) | pass n/P | " + " | ".join(methods) + " |",
-             "|---:|---:|---:|---:|---:|" + "---:|" * len(methods)]
-    for r in rows:
-        lines.append(f"| {r['n']:,} | {r['density']} | {r['P']} | {r['topk_n']:.2f} | "
-                     f"{r['pass_share']:.2f} | " + " | ".join(f"{r[m]:.2f}" for m in methods) + " |")
+                rows.append(measure(n, density, size, methods, args.warmup, args.repeats))
+                print(table.line(rows[-1]), flush=True)
+    # The partition methods' times as multiples of the two references.
     partition = [m for m in ("micro", "exdyna") if m in methods]
-    if partition:
+    ratios = partition and Table(*table.columns[:3], *(column for m in partition for column in (
+        (f"{m} / pass", lambda r, m=m: r[m] / r["pass_share"], ".2f"),
+        (f"topk(n) / {m}", lambda r, m=m: r["topk_n"] / r[m], ".1f"))))
+    if ratios:
+        print("\n".join([ratios.header(), *map(ratios.line, rows)]))
+    if not args.quick:
+        write_docs(rows, methods, table, ratios, args)
+
+
+def write_docs(rows, methods, table, ratios, args):
+    lines = ["# Selection cost per worker", "",
+             provenance("python benchmarks/selection_cost.py", "one torch thread",
+                        f"torch {torch.__version__}")
+             + ". Milliseconds per step: each method's own selection timer in its exchange, as "
+             f"one worker of P mirrored workers (see the script's docstring), best of "
+             f"{args.repeats} steps after {args.warmup} warm-up steps; the references best of "
+             f"{args.repeats}. Student-t (3 dof) float32 gradient stream. `topk(n)`: `torch.topk` "
+             "over the whole vector; `pass`: one `abs` pass over the worker's n/P share.", "",
+             *table.markdown(rows)]
+    if ratios:
         lines += ["", "Ratios of the partition methods to the two references:", "",
-                  "| n | d | P | " + " | ".join(f"{m} / pass | topk(n) / {m}" for m in partition) + " |",
-                  "|---:|---:|---:|" + "---:|---:|" * len(partition)]
-        for r in rows:
-            lines.append(f"| {r['n']:,} | {r['density']} | {r['P']} | " + " | ".join(
-                f"{r[m] / r['pass_share']:.2f} | {r['topk_n'] / r[m]:.1f}" for m in partition) + " |")
-    with open(os.path.join(DOCS, "selection_cost.md"), "w") as f:
-        f.write("\n".join(lines) + "\n\n![selection cost](selection_cost.png)\n")
+                  *ratios.markdown(rows)]
+    write_page("selection_cost.md", lines + ["", "![selection cost](selection_cost.png)", ""])
     largest = max(r["n"] for r in rows)
     picked = [r for r in rows if r["n"] == largest and r["density"] == min(x["density"] for x in rows)]
-    figure, axis = plt.subplots(figsize=(8, 5))
-    for name, style in (("topk_n", "k-"), ("pass_share", "k:")):
-        axis.plot([r["P"] for r in picked], [r[name] for r in picked], style,
-                  label={"topk_n": "torch.topk(n)", "pass_share": "one pass n/P"}[name])
-    for index, method in enumerate(methods):
-        axis.plot([r["P"] for r in picked], [r[method] for r in picked], "o-", color=f"C{index}",
-                  label=method)
-    axis.set(xscale="log", yscale="log", xlabel="workers P", ylabel="ms per worker per step",
-             title=f"selection, n = {largest:,}, d = {picked[0]['density']}")
-    axis.legend(fontsize=8, ncol=2)
-    figure.tight_layout()
-    figure.savefig(os.path.join(DOCS, "selection_cost.png"), dpi=100)
+    with figure("selection_cost.png", figsize=(8, 5)) as axis:
+        for name, style in (("topk_n", "k-"), ("pass_share", "k:")):
+            axis.plot([r["P"] for r in picked], [r[name] for r in picked], style,
+                      label={"topk_n": "torch.topk(n)", "pass_share": "one pass n/P"}[name])
+        for index, method in enumerate(methods):
+            axis.plot([r["P"] for r in picked], [r[method] for r in picked], "o-",
+                      color=f"C{index}", label=method)
+        axis.set(xscale="log", yscale="log", xlabel="workers P", ylabel="ms per worker per step",
+                 title=f"selection, n = {largest:,}, d = {picked[0]['density']}")
+        axis.legend(fontsize=8, ncol=2)
 
 
 if __name__ == "__main__":

@@ -26,17 +26,15 @@ nothing.
 import argparse
 import math
 import os
-import platform
 import sys
-import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
+from report import DOCS, Table, provenance, write_page
 
+sys.path.insert(0, os.path.join(os.path.dirname(DOCS), "examples"))
 from digits import load_data, make_model  # noqa: E402
 from horovod_sparse.core import GradientExchange, Layout, NumpyOps, run_simulated  # noqa: E402
 from horovod_sparse.core.methods.gssgd import GsSGD  # noqa: E402
@@ -111,9 +109,9 @@ def recall(v, k, columns, seed=0):
 
 def write(accuracy, rows, args):
     lines = ["# What gs-SGD's sketch can find", "",
-             f"`python benchmarks/sketch_recall.py --density {args.density} --epochs {args.epochs}` "
-             f"({platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}). "
-             f"The digits MLP (`examples/digits.py`) trained with gs-SGD's default sketch on "
+             provenance(f"python benchmarks/sketch_recall.py --density {args.density} --epochs "
+                        f"{args.epochs}")
+             + ". The digits MLP (`examples/digits.py`) trained with gs-SGD's default sketch on "
              f"{args.ranks} simulated ranks (one process, numpy ops; test accuracy of this run "
              f"{100 * accuracy:.2f} %). At each listed step, `v` is the ranks' summed "
              "accumulator, whose top-k the sketch must find; it is sketched with gs-SGD's own "
@@ -121,14 +119,12 @@ def write(accuracy, rows, args):
              "`rms(v) sqrt(n / C)`, what the other coordinates add to a bucket, over the k-th "
              "largest magnitude. *recall*: the share of the true top-k among the 4k largest "
              "estimates (the candidates). A Count Sketch finds what stands above its noise.", "",
-             "| step | n | k | top-k share of ‖v‖² | columns C | noise / \\|v\\|_(k) | recall |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
-    for row in rows:
-        lines.append(f"| {row['step']} | {row['n']:,} | {row['k']} | {row['share']:.3f} | "
-                     f"{row['columns']:,} ({row['label']}) | {row['noise']:.2f} | "
-                     f"{row['recall']:.3f} |")
-    with open(os.path.join(ROOT, "docs", "gssgd_recall.md"), "w") as f:
-        f.write("\n".join(lines + [""]))
+             *Table(("step", "step", "d"), ("n", "n", ","), ("k", "k", "d"),
+                    ("top-k share of ‖v‖²", "share", ".3f"),
+                    ("columns C", lambda r: f"{r['columns']:,} ({r['label']})", ">"),
+                    ("noise / \\|v\\|_(k)", "noise", ".2f"),
+                    ("recall", "recall", ".3f")).markdown(rows), ""]
+    write_page("gssgd_recall.md", lines)
 
 
 def main():

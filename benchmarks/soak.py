@@ -12,7 +12,6 @@ rewrites the soak section of ``docs/reliability.md``.
 
 import argparse
 import os
-import platform
 import sys
 import time
 
@@ -21,14 +20,14 @@ import torch
 import torch.nn.functional as F
 import horovod.torch as hvd
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
+import horovod_sparse
+import horovod_sparse.torch as hs
+from report import DOCS, Table, error_summary, percent, provenance
+
+sys.path.insert(0, os.path.join(os.path.dirname(DOCS), "examples"))
 from digits import load_data, make_model  # noqa: E402
 
-import horovod_sparse  # noqa: E402
-import horovod_sparse.torch as hs  # noqa: E402
-
-DOC = os.path.join(ROOT, "docs", "reliability.md")
+DOC = os.path.join(DOCS, "reliability.md")
 BEGIN, END = "<!-- soak:begin -->", "<!-- soak:end -->"
 
 
@@ -63,28 +62,25 @@ def soak(method, steps, density):
         errors[step] = compression.metrics().density_error
         if step == min(100, steps - 1):
             start_rss = rss_mib()
-    errors = errors[5:]
-    tenths = np.array_split(errors, 10)
     return {"method": method, "rss_start": start_rss, "rss_end": rss_mib(),
-            "error_mean": float(errors.mean()), "error_max": float(errors.max()),
-            "tenth_max": [float(t.max()) if t.size else 0.0 for t in tenths],
-            "seconds": time.perf_counter() - started}
+            **error_summary(errors), "seconds": time.perf_counter() - started}
 
 
 def write(rows, args):
     lines = [BEGIN, "", "## Soak", "",
-             f"`horovodrun -np {hvd.size()} python benchmarks/soak.py --steps {args.steps}` "
-             f"({platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}): "
-             f"MLP 64-128-10 on digits, density {args.density}. RSS of rank 0 after 100 steps and "
-             "at the end; density error of every step after step 5: mean, max, and the max of "
-             "each tenth of the run (the bound holds throughout, not only on average).", "",
-             "| method | RSS start MiB | RSS end MiB | growth MiB | density error mean | max | "
-             "max per tenth | s |", "|---|---:|---:|---:|---:|---:|---|---:|"]
-    for r in rows:
-        tenths = " ".join(f"{100 * t:.1f}" for t in r["tenth_max"])
-        lines.append(f"| {r['method']} | {r['rss_start']:.1f} | {r['rss_end']:.1f} | "
-                     f"{r['rss_end'] - r['rss_start']:+.1f} | {100 * r['error_mean']:.2f} % | "
-                     f"{100 * r['error_max']:.2f} % | {tenths} | {r['seconds']:.0f} |")
+             provenance(f"horovodrun -np {hvd.size()} python benchmarks/soak.py --steps "
+                        f"{args.steps}")
+             + f": MLP 64-128-10 on digits, density {args.density}. RSS of rank 0 after 100 "
+             "steps and at the end; density error of every step after step 5: mean, max, and "
+             "the max of each tenth of the run (the bound holds throughout, not only on "
+             "average).", "",
+             *Table(("method", "method", ""), ("RSS start MiB", "rss_start", ".1f"),
+                    ("RSS end MiB", "rss_end", ".1f"),
+                    ("growth MiB", lambda r: r["rss_end"] - r["rss_start"], "+.1f"),
+                    ("density error mean", percent("error_mean"), ">"),
+                    ("max", percent("error_max"), ">"),
+                    ("max per tenth", lambda r: " ".join(f"{100 * t:.1f}" for t in r["tenth_max"]), ""),
+                    ("s", "seconds", ".0f")).markdown(rows)]
     lines += ["", END]
     text = open(DOC).read()
     if BEGIN in text:

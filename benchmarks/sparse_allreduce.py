@@ -28,7 +28,6 @@ per worker, density error, build-up and imbalance.  Writes
 
 import argparse
 import os
-import platform
 import sys
 import time
 
@@ -37,10 +36,10 @@ import torch
 import torch.nn.functional as F
 
 from horovod_sparse.core import GradientExchange, Layout, NumpyOps
-from common import create_row, method_rows, oversubscription_note
+from common import DENSE, create_row, method_rows, oversubscription_note, rows
+from report import DOCS, Table, figure, provenance, summarize, write_page
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(DOCS), "examples"))
 METHODS = ",".join(method_rows())
 
 
@@ -142,7 +141,7 @@ def run(backend, source, method, args):
     exchange = None
     step_times = []
     for grad in stream:
-        if method == "dense":
+        if method == DENSE:
             continue
         if exchange is None:
             exchange = backend.exchange(create_row(method, density=args.density))
@@ -151,53 +150,38 @@ def run(backend, source, method, args):
         exchange.step([grad], layout)
         step_times.append(time.perf_counter() - start)
     dense_ms = 1e3 * np.median(dense_times[args.warmup:])
-    if method == "dense":
-        n = len(grad)
-        return {"method": "dense", "n": n, "selection_ms": 0.0, "communication_ms": dense_ms,
-                "exchange_ms": dense_ms, "step_ms": dense_ms, "bytes": 8.0 * n,
+    if method == DENSE:
+        return {"method": DENSE, "n": len(grad), "selection_ms": 0.0, "communication_ms": dense_ms,
+                "exchange_ms": dense_ms, "step_ms": dense_ms, "bytes_per_step": 8.0 * len(grad),
                 "density_error": 0.0, "buildup": 1.0, "imbalance": 0.0}
-    late = list(exchange.history)[args.warmup:]
-    selection = 1e3 * np.median([m.selection_time for m in late])
-    communication = 1e3 * np.median([m.communication_time for m in late])
-    return {"method": method, "n": len(grad), "selection_ms": selection,
-            "communication_ms": communication,
-            "exchange_ms": 1e3 * np.median([m.selection_time + m.communication_time for m in late]),
-            "step_ms": 1e3 * np.median(step_times[args.warmup:]),
-            "bytes": np.mean([m.bytes_sent + m.bytes_received for m in late]),
-            "density_error": np.mean([m.density_error for m in late]),
-            "buildup": np.mean([m.buildup for m in late]),
-            "imbalance": np.mean([m.imbalance for m in late])}
+    return {"method": method, "n": len(grad), "step_ms": 1e3 * np.median(step_times[args.warmup:]),
+            **summarize(list(exchange.history)[args.warmup:], times=np.median)}
 
 
-HEADER = (f"{'method':>9} {'exchange':>9} {'select':>8} {'comm':>8} {'step':>8} {'bytes/worker':>13} "
-          f"{'dens.err':>8} {'build-up':>8} {'imbal.':>7} {'dense/x':>8} {'topk/x':>7}")
-
-
-def ratio(rows, name, row):
-    reference = next((r for r in rows if r["method"] == name), None)
-    return reference["exchange_ms"] / row["exchange_ms"] if reference and row["exchange_ms"] else float("nan")
-
-
-def print_row(rows, r):
-    print(f"{r['method']:>9} {r['exchange_ms']:>9.1f} {r['selection_ms']:>8.1f} "
-          f"{r['communication_ms']:>8.1f} {r['step_ms']:>8.1f} {r['bytes']:>13,.0f} "
-          f"{r['density_error']:>8.4f} {r['buildup']:>8.3f} {r['imbalance']:>7.3f} "
-          f"{ratio(rows, 'dense', r):>8.1f} {ratio(rows, 'topk', r):>7.1f}", flush=True)
+def exchange_table(rows):
+    """The columns of a source's rows, with exchange-time ratios to dense's and top-k's."""
+    def ratio(name):
+        reference = next((r for r in rows if r["method"] == name), None)
+        return lambda r: (f"{reference['exchange_ms'] / r['exchange_ms']:.1f}x"
+                          if reference and r["exchange_ms"] else "nan")
+    return Table(("method", "method", ""), ("exchange ms", "exchange_ms", ".1f"),
+                 ("selection ms", "selection_ms", ".1f"),
+                 ("communication ms", "communication_ms", ".1f"), ("step ms", "step_ms", ".1f"),
+                 ("bytes / worker", "bytes_per_step", ",.0f"),
+                 ("density error", "density_error", ".4f"), ("build-up", "buildup", ".3f"),
+                 ("imbalance", "imbalance", ".3f"), ("dense / x", ratio(DENSE), ">"),
+                 ("topk / x", ratio("topk"), ">"))
 
 
 def write_docs(results, args, backend):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     launcher = "horovodrun" if args.communicator == "horovod" else "mpirun"
     methods = "" if args.methods == METHODS else f" --methods {args.methods}"
     lines = ["# Sparse gradient exchange vs dense allreduce", "",
-             f"`{launcher} -np {backend.size} python benchmarks/sparse_allreduce.py --communicator "
-             f"{args.communicator} --density {args.density}{methods} --steps {args.steps} --warmup "
-             f"{args.warmup}` ({backend.name}, {backend.size} ranks on one {os.cpu_count()}-core "
-             f"{platform.machine()} machine; "
-             f"{time.strftime('%Y-%m-%d')}). Median per step over {args.steps} steps after "
+             provenance(f"{launcher} -np {backend.size} python benchmarks/sparse_allreduce.py "
+                        f"--communicator {args.communicator} --density {args.density}{methods} "
+                        f"--steps {args.steps} --warmup {args.warmup}", backend.name,
+                        f"{backend.size} ranks on one machine")
+             + f". Median per step over {args.steps} steps after "
              f"{args.warmup} warm-up steps, rank 0. **exchange** = selection + communication (the "
              "method's own timers; dense: the allreduce); **step** = the whole "
              "`GradientExchange.step` (also accumulating the residual and writing the dense "
@@ -205,36 +189,26 @@ def write_docs(results, args, backend):
              "once each way). dense / x and topk / x: exchange-time ratios. topk/union: "
              "Top-k's union variant (the MiCRO, ExDyna and DEFT papers' baseline: index "
              "lists allgathered, every rank's values allreduced at their union).", ""]
-    for source, rows in results.items():
-        n = rows[0]["n"]
+    for source, source_rows in results.items():
+        n = source_rows[0]["n"]
         title = (f"Real gradients: digits MLP {'-'.join(map(str, [64, *args.hidden, 10]))}, "
                  f"n = {n:,}, dense SGD trajectory" if source == "model" else
                  f"Synthetic heavy-tailed stream, n = {n:,}")
-        lines += [f"## {title}", "",
-                  "| method | exchange ms | selection ms | communication ms | step ms | bytes / worker | "
-                  "density error | build-up | imbalance | dense / x | topk / x |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for r in rows:
-            lines.append(f"| {r['method']} | {r['exchange_ms']:.1f} | {r['selection_ms']:.1f} | "
-                         f"{r['communication_ms']:.1f} | {r['step_ms']:.1f} | {r['bytes']:,.0f} | "
-                         f"{r['density_error']:.4f} | {r['buildup']:.3f} | {r['imbalance']:.3f} | "
-                         f"{ratio(rows, 'dense', r):.1f}x | {ratio(rows, 'topk', r):.1f}x |")
-        lines.append("")
+        table = exchange_table(source_rows)
+        lines += [f"## {title}", "", *table.markdown(source_rows), ""]
     stem = "sparse_allreduce" if args.communicator == "horovod" else "sparse_allreduce_mpi"
-    lines += [f"![exchange time]({stem}.png)", ""]
-    with open(os.path.join(ROOT, "docs", stem + ".md"), "w") as f:
-        f.write("\n".join(lines))
-    figure, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
-    for axis, (source, rows) in zip(axes[0], results.items()):
-        names = [r["method"] for r in rows]
-        axis.bar(names, [r["selection_ms"] for r in rows], label="selection")
-        axis.bar(names, [r["communication_ms"] for r in rows],
-                 bottom=[r["selection_ms"] for r in rows], label="communication")
-        axis.set(yscale="log", ylabel="ms per step", title=f"{source}, n = {rows[0]['n']:,}")
-        axis.tick_params(axis="x", rotation=60)
-        axis.legend()
-    figure.tight_layout()
-    figure.savefig(os.path.join(ROOT, "docs", stem + ".png"), dpi=100)
+    write_page(stem + ".md", lines + [f"![exchange time]({stem}.png)", ""])
+    with figure(stem + ".png", 1, len(results), figsize=(6 * len(results), 4),
+                squeeze=False) as axes:
+        for axis, (source, source_rows) in zip(axes[0], results.items()):
+            names = [r["method"] for r in source_rows]
+            axis.bar(names, [r["selection_ms"] for r in source_rows], label="selection")
+            axis.bar(names, [r["communication_ms"] for r in source_rows],
+                     bottom=[r["selection_ms"] for r in source_rows], label="communication")
+            axis.set(yscale="log", ylabel="ms per step",
+                     title=f"{source}, n = {source_rows[0]['n']:,}")
+            axis.tick_params(axis="x", rotation=60)
+            axis.legend()
 
 
 def main():
@@ -259,13 +233,13 @@ def main():
         print(note, flush=True)
     results = {}
     for source in args.sources.split(","):
-        rows = results[source] = []
+        source_rows = results[source] = []
         if backend.rank == 0:
-            print(f"# {source} gradients\n{HEADER}", flush=True)
-        for method in ["dense", *args.methods.split(",")]:
-            rows.append(run(backend, source, method, args))
+            print(f"# {source} gradients\n{exchange_table([]).header()}", flush=True)
+        for method in [DENSE, *(row for row in rows(args.methods) if row != DENSE)]:
+            source_rows.append(run(backend, source, method, args))
             if backend.rank == 0:
-                print_row(rows, rows[-1])
+                print(exchange_table(source_rows).line(source_rows[-1]), flush=True)
     if backend.rank == 0 and not args.quick:
         write_docs(results, args, backend)
 

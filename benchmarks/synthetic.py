@@ -12,11 +12,12 @@ reports the density and bytes per worker per step, and a per-step time
 breakdown, as in the Top-k analysis of Shi et al. (2019): forward+backward,
 selection and communication (the compressor's own timers; for dense, the
 wait in ``synchronize()``), and the rest (optimizer update, copies).
-``--compression`` takes a comma-separated list (``none,topk,exdyna``): the
-methods run one after the other in the same job.  ``--json`` writes the
-list of results (rank 0); ``--docs`` writes ``docs/synthetic.md`` and
-``docs/synthetic.png`` (throughput of each method against dense, the step
-breakdown, density and bytes); ``--quick`` runs one short iteration.
+``--compression`` takes a comma-separated list (``dense,topk,exdyna``;
+``none`` is dense too): the methods run one after the other in the same
+job.  ``--json`` writes the list of results (rank 0); ``--docs`` writes
+``docs/synthetic.md`` and ``docs/synthetic.png`` (throughput of each method
+against dense, the step breakdown, density and bytes); ``--quick`` runs one
+short iteration.
 
 Timings need a core per rank: with more ranks on a host than it has cores
 the page measures the scheduler, and the script says so.  Every run also
@@ -31,7 +32,6 @@ pass.
 import argparse
 import json
 import os
-import platform
 import time
 
 import numpy as np
@@ -41,9 +41,8 @@ import horovod.torch as hvd
 
 import horovod_sparse
 import horovod_sparse.torch as hs
-from common import best_ms, oversubscription_note, relative_to_floors, row_options
-
-DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+from common import DENSE, best_ms, oversubscription_note, relative_to_floors, row_options, rows
+from report import Table, figure, provenance, summarize, write_page
 MODELS = {"wide": (4096, [4096, 2048], 1000), "small": (64, [256, 256], 10)}
 
 
@@ -72,13 +71,13 @@ def measure_floors(n, size):
 def benchmark(args, method):
     if hvd.rank() == 0:
         print(f"Model: {args.model}, compression: {method}"
-              + ("" if method == "none" else f" (density {args.density})"))
+              + ("" if method == DENSE else f" (density {args.density})"))
         print(f"Batch size: {args.batch_size}\nNumber of workers: {hvd.size()}", flush=True)
     torch.manual_seed(0)
     model, features, classes = make_model(args.model)
     named = list(model.named_parameters())
     compression = hvd.Compression.none
-    if method != "none":
+    if method != DENSE:
         name, options = row_options(method)
         compression = hs.Compression.create(name, density=args.density, named_parameters=named,
                                             fallback=args.fallback, **options)
@@ -124,58 +123,62 @@ def benchmark(args, method):
 
 def report(args, method, model, compression, times, rates, loss):
     n = sum(p.numel() for p in model.parameters())
-    measured = args.iters * args.batches_per_iter
     step_ms = {key: 1000 * float(np.mean(value)) for key, value in times.items()}
-    if method == "none":
-        selection_ms, communication_ms = 0.0, step_ms["synchronize"]
-        density, bytes_per_step, dense_steps = 1.0, 8.0 * n, 1.0
+    if method == DENSE:
+        summary = {"selection_ms": 0.0, "communication_ms": step_ms["synchronize"], "density": 1.0,
+                   "bytes_per_step": 8.0 * n, "dense_step_share": 1.0}
     else:
-        history = compression.history[-measured:]
-        selection_ms = 1000 * float(np.mean([m.selection_time for m in history]))
-        communication_ms = 1000 * float(np.mean([m.communication_time for m in history]))
-        density = float(np.mean([m.density for m in history]))
-        bytes_per_step = float(np.mean([m.bytes_sent + m.bytes_received for m in history]))
-        dense_steps = float(np.mean([m.extra.get("fallback", False) for m in history]))
-    total_ms = sum(step_ms.values())
-    breakdown = {"forward_backward_ms": step_ms["forward_backward"], "selection_ms": selection_ms,
-                 "communication_ms": communication_ms,
-                 "other_ms": total_ms - step_ms["forward_backward"] - selection_ms - communication_ms,
-                 "step_ms": total_ms}
+        summary = summarize(compression.history[-args.iters * args.batches_per_iter:])
+    breakdown = {"forward_backward_ms": step_ms["forward_backward"],
+                 "selection_ms": summary["selection_ms"],
+                 "communication_ms": summary["communication_ms"]}
+    breakdown["other_ms"] = sum(step_ms.values()) - sum(breakdown.values())
+    breakdown["step_ms"] = sum(step_ms.values())
     size = hvd.size()
     result = {"model": args.model, "parameters": n, "method": method,
-              "density_target": args.density if method != "none" else 1.0,
+              "density_target": args.density if method != DENSE else 1.0,
               "ranks": size, "batch_size": args.batch_size,
               "img_sec_per_worker": float(rates.mean()), "img_sec_per_worker_ci": float(1.96 * rates.std()),
               "total_img_sec": float(size * rates.mean()), "total_img_sec_ci": float(size * 1.96 * rates.std()),
-              "density": density, "bytes_per_step": bytes_per_step, "loss": loss,
-              "fallback": args.fallback if method != "none" else None,
-              "dense_step_share": dense_steps, **breakdown}
+              "loss": loss, "fallback": args.fallback if method != DENSE else None,
+              **summary, **breakdown}
     if hvd.rank() == 0:
         print(f"Img/sec per worker: {rates.mean():.1f} +-{1.96 * rates.std():.1f}")
         print(f"Total img/sec on {size} worker(s): {size * rates.mean():.1f} "
               f"+-{size * 1.96 * rates.std():.1f}")
-        print(f"Model {args.model}: {n:,} parameters; {method}: density {density:.5f}, "
-              f"{bytes_per_step:,.0f} bytes/worker/step, loss {loss:.4f} at the last step")
+        print(f"Model {args.model}: {n:,} parameters; {method}: density {result['density']:.5f}, "
+              f"{result['bytes_per_step']:,.0f} bytes/worker/step, loss {loss:.4f} at the last step")
         print("Step breakdown (ms): " + ", ".join(f"{key[:-3]} {value:.1f}"
                                                  for key, value in breakdown.items()), flush=True)
     return result
 
 
-def write_docs(results, args):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def throughput_table(results, *extra):
+    """Throughput, its ratio to dense's and the step breakdown of each result, then
+    the ``extra`` columns and bytes per step."""
+    dense = next((r for r in results if r["method"] == DENSE), results[0])["total_img_sec"]
+    return Table(("method", "method", ""),
+                 ("total img/sec",
+                  lambda r: f"{r['total_img_sec']:.1f} +-{r['total_img_sec_ci']:.1f}", ">"),
+                 ("vs dense", lambda r: f"{r['total_img_sec'] / dense:.2f}x", ">"),
+                 ("step ms", "step_ms", ".0f"), ("fwd+bwd", "forward_backward_ms", ".0f"),
+                 ("selection", "selection_ms", ".0f"), ("communication", "communication_ms", ".0f"),
+                 ("other", "other_ms", ".0f"), ("sel/read", "selection_x_read", ".1f"),
+                 ("extra/acc", "extra_other_x_accumulate", ".1f"), *extra,
+                 ("bytes/worker/step", "bytes_per_step", ",.0f"))
 
-    dense = next((r for r in results if r["method"] == "none"), results[0])["total_img_sec"]
+
+def write_docs(results, args):
     size, n = results[0]["ranks"], results[0]["parameters"]
     shared = ("The ranks share the machine's cores, so forward/backward and every per-element pass "
               "cost several times what they would with a core (or GPU) per rank."
               if size > os.cpu_count() else "One core per rank.")
     lines = ["# Synthetic training throughput on one host", "",
-             f"`horovodrun -np {size} python benchmarks/synthetic.py --model {args.model} "
-             f"--density {args.density} --iters {args.iters} --compression {args.compression} --docs` "
-             f"({platform.machine()}, {os.cpu_count()} cores, {size} ranks on one host, Gloo over "
-             f"loopback, {time.strftime('%Y-%m-%d')}). Horovod's `DistributedOptimizer`, "
+             provenance(f"horovodrun -np {size} python benchmarks/synthetic.py --model {args.model} "
+                        f"--density {args.density} --iters {args.iters} --compression "
+                        f"{args.compression} --docs", f"{size} ranks on one host",
+                        "Gloo over loopback")
+             + f". Horovod's `DistributedOptimizer`, "
              f"`{args.model}` model ({n:,} parameters), batch {args.batch_size} per rank, "
              f"{args.iters} iterations of {args.batches_per_iter} batches after {args.warmup} "
              "warm-up steps. Breakdown per step (ms): forward+backward; selection and "
@@ -186,49 +189,36 @@ def write_docs(results, args):
              f"one read of n/P {results[0]['floor_read_share_ms']:.1f} ms. *sel/read*: selection "
              "as a multiple of the read; *extra/acc*: the method's other minus dense's other, as a "
              "multiple of the accumulate pass.", "",
-             "| method | total img/sec | vs dense | step ms | fwd+bwd | selection | communication "
-             "| other | sel/read | extra/acc | density | bytes/worker/step |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        lines.append(f"| {'dense' if r['method'] == 'none' else r['method']} | "
-                     f"{r['total_img_sec']:.1f} +-{r['total_img_sec_ci']:.1f} | "
-                     f"{r['total_img_sec'] / dense:.2f}x | {r['step_ms']:.0f} | "
-                     f"{r['forward_backward_ms']:.0f} | {r['selection_ms']:.0f} | "
-                     f"{r['communication_ms']:.0f} | {r['other_ms']:.0f} | "
-                     f"{r['selection_x_read']:.1f} | {r['extra_other_x_accumulate']:.1f} | "
-                     f"{r['density']:.5f} | "
-                     f"{r['bytes_per_step']:,.0f} |")
-    lines += ["", "![throughput](synthetic.png)", ""]
-    with open(os.path.join(DOCS, "synthetic.md"), "w") as f:
-        f.write("\n".join(lines))
-    figure, axis = plt.subplots(figsize=(8, 4))
-    names = ["dense" if r["method"] == "none" else r["method"] for r in results]
-    bottom = np.zeros(len(results))
-    for key, label in (("forward_backward_ms", "forward+backward"), ("selection_ms", "selection"),
-                       ("communication_ms", "communication"), ("other_ms", "other")):
-        values = np.array([r[key] for r in results])
-        axis.bar(names, values, bottom=bottom, label=label)
-        bottom += values
-    top = 2.5 * float(np.median(bottom))
-    if bottom.max() > top:  # outliers would flatten the rest: clip them, print their totals
-        axis.set_ylim(0, top)
-        for x, total in enumerate(bottom):
-            if total > top:
-                axis.text(x, 0.97 * top, f"{total:,.0f} ms", ha="center", va="top", fontsize=8,
-                          rotation=90, color="white")
-    axis.set(ylabel="ms per step", title=f"{args.model} model ({n:,} parameters), {size} ranks, "
-             f"density {args.density}")
-    axis.tick_params(axis="x", rotation=45)
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(os.path.join(DOCS, "synthetic.png"), dpi=100)
+             *throughput_table(results, ("density", "density", ".5f")).markdown(results),
+             "", "![throughput](synthetic.png)", ""]
+    write_page("synthetic.md", lines)
+    with figure("synthetic.png", figsize=(8, 4)) as axis:
+        names = [r["method"] for r in results]
+        bottom = np.zeros(len(results))
+        for key, label in (("forward_backward_ms", "forward+backward"), ("selection_ms", "selection"),
+                           ("communication_ms", "communication"), ("other_ms", "other")):
+            values = np.array([r[key] for r in results])
+            axis.bar(names, values, bottom=bottom, label=label)
+            bottom += values
+        top = 2.5 * float(np.median(bottom))
+        if bottom.max() > top:  # outliers would flatten the rest: clip them, print their totals
+            axis.set_ylim(0, top)
+            for x, total in enumerate(bottom):
+                if total > top:
+                    axis.text(x, 0.97 * top, f"{total:,.0f} ms", ha="center", va="top",
+                              fontsize=8, rotation=90, color="white")
+        axis.set(ylabel="ms per step", title=f"{args.model} model ({n:,} parameters), {size} "
+                 f"ranks, density {args.density}")
+        axis.tick_params(axis="x", rotation=45)
+        axis.legend()
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(MODELS), default="wide")
-    parser.add_argument("--compression", default="exdyna", help="comma-separated: none (dense "
-                        "allreduce) or horovod_sparse methods: " + ", ".join(horovod_sparse.available()))
+    parser.add_argument("--compression", default="exdyna", help="comma-separated: dense (or "
+                        "none: Horovod's allreduce) or horovod_sparse methods: "
+                        + ", ".join(horovod_sparse.available()))
     parser.add_argument("--density", type=float, default=0.001)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=3, help="warm-up steps, not measured")
@@ -246,7 +236,7 @@ def main():
     if note and hvd.rank() == 0:
         print(note, flush=True)
     results = [report(args, method, *benchmark(args, method))
-               for method in args.compression.split(",")]
+               for method in rows(args.compression)]
     n = results[0]["parameters"]
     floors = measure_floors(n, hvd.size())
     for r in results:

@@ -2,7 +2,7 @@
 
     python benchmarks/time_to_quality.py --rates 1gbit,100mbit    # as root
 
-For each link rate the test bed (``tests/multihost/testbed.py``) is brought
+For each link rate the test bed (``benchmarks/testbed.py``) is brought
 up and each method trains ``examples/charlm.py`` (1.33M-parameter character
 LSTM) under ``horovodrun`` with one rank on each host, so every collective
 crosses the shaped link.  The quality to reach is dense's validation bits
@@ -15,30 +15,26 @@ dense and ExDyna, unshaped, 20 steps, nothing written.
 """
 
 import argparse
-import csv
 import json
 import os
-import platform
-import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from multihost import bring_up, launch_on_bed, test_bed  # noqa: E402
+from common import DENSE, rows
+from multihost import ROOT, bring_up, launch_on_bed, test_bed
+from report import Table, figure, provenance, write_csv, write_page
 
-DOCS = os.path.join(ROOT, "docs")
-METHODS = "none,exdyna,micro,deft,topk,dgc"
+METHODS = "dense,exdyna,micro,deft,topk,dgc"
 TARGET = 1 / 3  # ExDyna's: dense's quality in at most this fraction of dense's time
 
 
-def train(method, args, out):
-    launch_on_bed(1, [os.path.join(ROOT, "examples", "charlm.py"), "--compression", method,
+def train(row, args, out):
+    launch_on_bed(1, [os.path.join(ROOT, "examples", "charlm.py"), "--compression",
+                      "none" if row == DENSE else row,
                       "--density", str(args.density), "--steps", str(args.steps),
                       "--eval-every", str(args.eval_every), "--json", out])
     with open(out) as f:
-        result = json.load(f)
-    print(f"  {method:>7}: {result['step_ms']:.0f} ms/step, validation {result['bpc']:.3f} "
+        result = {**json.load(f), "method": row}
+    print(f"  {row:>7}: {result['step_ms']:.0f} ms/step, validation {result['bpc']:.3f} "
           f"bits/char after {result['curve'][-1]['seconds']:.0f} s", flush=True)
     return result
 
@@ -55,60 +51,47 @@ def seconds_to_reach(curve, quality):
 
 
 def write(results, args):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    stem = os.path.join(DOCS, "time_to_quality")
-    with open(stem + ".csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["link", "method", "step", "seconds", "bpc"])
-        for rate, runs in results.items():
-            for r in runs:
-                for point in r["curve"]:
-                    writer.writerow([rate, r["method"], point["step"], f"{point['seconds']:.2f}",
-                                     f"{point['bpc']:.4f}"])
-    figure, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
+    write_csv("time_to_quality.csv", ["link", "method", "step", "seconds", "bpc"],
+              ([rate, r["method"], point["step"], f"{point['seconds']:.2f}", f"{point['bpc']:.4f}"]
+               for rate, runs in results.items() for r in runs for point in r["curve"]))
     lines = ["# Time to dense's quality across a slow link", "",
-             f"`python benchmarks/time_to_quality.py --rates {args.rates} --density "
-             f"{args.density} --steps {args.steps}` (as root; {platform.machine()}, "
-             f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}). The language model of "
-             "`examples/charlm.py` (1,331,456 parameters, batch 16 windows of 64 characters per "
-             "rank, its default schedule) on the two-host test bed, one rank per host "
-             "(`horovodrun --gloo` over ssh), the link shaped with `tc tbf`. Quality to reach: "
-             "dense's validation bits per character at its last evaluation. Time: training "
+             provenance(f"python benchmarks/time_to_quality.py --rates {args.rates} --density "
+                        f"{args.density} --steps {args.steps}", "as root")
+             + ". The language model of `examples/charlm.py` "
+             f"({next(iter(results.values()))[0]['parameters']:,} parameters, batch 16 windows of "
+             "64 characters per rank, its default schedule) on the two-host test bed, one rank "
+             "per host (`horovodrun --gloo` over ssh), the link shaped with `tc tbf`. Quality to "
+             "reach: dense's validation bits per character at its last evaluation. Time: training "
              f"seconds (evaluations every {args.eval_every} steps not counted) until the curve "
              "first reaches it, interpolated between evaluations.", ""]
-    for axis, (rate, runs) in zip(axes[0], results.items()):
-        dense = next(r for r in runs if r["method"] == "none")
-        quality, dense_seconds = dense["curve"][-1]["bpc"], seconds_to_reach(
-            dense["curve"], dense["curve"][-1]["bpc"])
-        lines += [f"## {rate}", "", f"Dense reaches {quality:.3f} bits/char in "
-                  f"{dense_seconds:.0f} s ({dense['step_ms']:.0f} ms a step).", "",
-                  "| method | step ms | seconds to dense's quality | fraction of dense's time | "
-                  "best bits/char | seconds to its best | bytes/step |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
-        for r in runs:
-            reached = seconds_to_reach(r["curve"], quality)
-            best = min(p["bpc"] for p in r["curve"])
-            label = "dense" if r["method"] == "none" else r["method"]
-            lines.append(f"| {label} | {r['step_ms']:.0f} | "
-                         + (f"{reached:.0f} | {reached / dense_seconds:.2f} | " if reached is not None
-                            else "not reached | - | ")
-                         + f"{best:.3f} | {seconds_to_reach(r['curve'], best):.0f} | "
-                         f"{r['bytes_per_step']:,.0f} |")
-            axis.plot([p["seconds"] for p in r["curve"]], [p["bpc"] for p in r["curve"]],
-                      label=label)
-        lines += ["", explain(runs, dense, quality, dense_seconds), ""]
-        axis.axhline(quality, color="gray", linestyle=":", linewidth=1)
-        axis.set(xlabel="training seconds", ylabel="validation bits/char", ylim=(1.5, 4.5),
-                 title=f"char-LSTM, 2 hosts, {rate}")
-        axis.legend()
-    figure.tight_layout()
-    figure.savefig(stem + ".png", dpi=100)
-    lines += ["![time to quality](time_to_quality.png)", ""]
-    with open(stem + ".md", "w") as f:
-        f.write("\n".join(lines))
+    with figure("time_to_quality.png", 1, len(results), figsize=(5.5 * len(results), 4),
+                squeeze=False) as axes:
+        for axis, (rate, runs) in zip(axes[0], results.items()):
+            dense = next(r for r in runs if r["method"] == DENSE)
+            quality = dense["curve"][-1]["bpc"]
+            dense_seconds = seconds_to_reach(dense["curve"], quality)
+            for r in runs:
+                reached = seconds_to_reach(r["curve"], quality)
+                r["reached"], r["fraction"] = (("not reached", "-") if reached is None else
+                                               (f"{reached:.0f}", f"{reached / dense_seconds:.2f}"))
+                r["best"] = min(p["bpc"] for p in r["curve"])
+                r["best_seconds"] = seconds_to_reach(r["curve"], r["best"])
+                axis.plot([p["seconds"] for p in r["curve"]], [p["bpc"] for p in r["curve"]],
+                          label=r["method"])
+            table = Table(("method", "method", ""), ("step ms", "step_ms", ".0f"),
+                          ("seconds to dense's quality", "reached", ">"),
+                          ("fraction of dense's time", "fraction", ">"),
+                          ("best bits/char", "best", ".3f"),
+                          ("seconds to its best", "best_seconds", ".0f"),
+                          ("bytes/step", "bytes_per_step", ",.0f"))
+            lines += [f"## {rate}", "", f"Dense reaches {quality:.3f} bits/char in "
+                      f"{dense_seconds:.0f} s ({dense['step_ms']:.0f} ms a step).", "",
+                      *table.markdown(runs), "", explain(runs, dense, quality, dense_seconds), ""]
+            axis.axhline(quality, color="gray", linestyle=":", linewidth=1)
+            axis.set(xlabel="training seconds", ylabel="validation bits/char", ylim=(1.5, 4.5),
+                     title=f"char-LSTM, 2 hosts, {rate}")
+            axis.legend()
+    write_page("time_to_quality.md", lines + ["![time to quality](time_to_quality.png)", ""])
 
 
 def explain(runs, dense, quality, dense_seconds):
@@ -132,26 +115,27 @@ def explain(runs, dense, quality, dense_seconds):
     return (f"{verdict} Sparse training saves at most the communication it removes: ExDyna's "
             f"step takes {step_ratio:.2f} of dense's here, so even at dense's quality per step "
             "it would need that fraction of dense's time; the target needs the link to carry "
-            "at least two thirds of dense's step.")
+            f"at least {1 - TARGET:.2f} of dense's step.")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="1gbit,100mbit", help="tc rates, comma-separated")
-    parser.add_argument("--methods", default=METHODS, help="comma-separated; none = dense")
+    parser.add_argument("--methods", default=METHODS, help="comma-separated; dense (or none) = "
+                        "Horovod's allreduce")
     parser.add_argument("--density", type=float, default=0.01)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.rates, args.methods, args.steps, args.eval_every = "unshaped", "none,exdyna", 20, 10
+        args.rates, args.methods, args.steps, args.eval_every = "unshaped", "dense,exdyna", 20, 10
     results = {}
     with test_bed("time_to_quality"), tempfile.TemporaryDirectory() as scratch:
         for rate in args.rates.split(","):
             bring_up(rate)
             results[rate] = [train(m, args, os.path.join(scratch, f"{rate}-{i}.json"))
-                             for i, m in enumerate(args.methods.split(","))]
+                             for i, m in enumerate(rows(args.methods))]
     if not args.quick:
         write(results, args)
 

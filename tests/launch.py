@@ -33,7 +33,7 @@ def run(command, timeout):
 
 def horovodrun(np_, script, *args, timeout=300, testbed=None):
     """Run ``script`` on ``np_`` ranks with Horovod's Gloo controller: local ranks,
-    or across the hosts of ``testbed`` (``tests/multihost/testbed.py``)."""
+    or across the hosts of ``testbed`` (``benchmarks/testbed.py``)."""
     hosts = ["-H", f"localhost:{np_}"] if testbed is None else testbed.horovodrun_args(np_ // 2)
     command = [os.path.join(BIN, "horovodrun"), "-np", str(np_), *hosts, "--gloo",
                sys.executable, script, *map(str, args)]

@@ -1,4 +1,4 @@
-"""Horovod jobs across two emulated hosts (``tests/multihost/testbed.py``).
+"""Horovod jobs across two emulated hosts (``benchmarks/testbed.py``).
 
 Elastic training: a host leaves and comes back under ``horovodrun``'s elastic
 mode; the compressor's per-rank state follows (``core.elastic``).
@@ -21,7 +21,7 @@ import pytest
 from launch import BIN, ROOT, horovodrun, mpirun, run
 from records import read_report
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "multihost"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import testbed  # noqa: E402
 
 pytestmark = [pytest.mark.horovod,
@@ -69,7 +69,7 @@ def test_bed_is_idempotent(bed):
 def test_bed_refuses_without_root():
     # The script reaches the unprivileged user on stdin, run by the system interpreter
     # from "/": the checkout may sit in a directory only root can enter (mktemp -d).
-    with open(os.path.join(ROOT, "tests", "multihost", "testbed.py")) as f:
+    with open(os.path.join(ROOT, "benchmarks", "testbed.py")) as f:
         source = f.read()
     result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                              os.path.realpath(sys.executable), "-", "up"], cwd="/", input=source,

@@ -1,9 +1,9 @@
 """A two-host test bed on one machine: network namespaces, sshd, a shaped link.
 
-    python tests/multihost/testbed.py up [--rate 1gbit]   # build (idempotent)
-    python tests/multihost/testbed.py down                 # remove everything it made
-    python tests/multihost/testbed.py run -- horovodrun -np 4 -H ... python train.py
-    python tests/multihost/testbed.py status
+    python benchmarks/testbed.py up [--rate 1gbit]   # build (idempotent)
+    python benchmarks/testbed.py down                 # remove everything it made
+    python benchmarks/testbed.py run -- horovodrun -np 4 -H ... python train.py
+    python benchmarks/testbed.py status
 
 ``up`` makes two "hosts", each a network namespace (``hs-h1``, ``hs-h2``)
 joined by a veth pair whose ends carry the **same** interface name
