@@ -6,7 +6,7 @@ import time
 
 from horovod_sparse.core import available, create
 
-# The dense baseline's row (the method "none": no compression).
+# The dense baseline's row: Horovod's allreduce of every coordinate (hvd.Compression.none).
 DENSE = "dense"
 # Benchmark rows for a method's variants: "method/variant" -> (method, options).
 VARIANTS = {"topk/union": ("topk", {"variant": "union"}),
@@ -22,11 +22,11 @@ def rows(text):
 
 
 def row_options(row):
-    """``(method, options)`` of a benchmark row: ``dense`` (the method ``none``), a
+    """``(method, options)`` of a benchmark row: ``dense``, a
     method's name, a ``VARIANTS`` key, or ``method:key=value[:key=value...]``
     (values as Python literals, e.g. ``gssgd:columns=1360``)."""
     if row == DENSE:
-        return "none", {}
+        return DENSE, {}
     if row in VARIANTS:
         return VARIANTS[row]
     method, *settings = row.split(":")

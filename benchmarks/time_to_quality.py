@@ -28,8 +28,7 @@ TARGET = 1 / 3  # ExDyna's: dense's quality in at most this fraction of dense's 
 
 
 def train(row, args, out):
-    launch_on_bed(1, [os.path.join(ROOT, "examples", "charlm.py"), "--compression",
-                      "none" if row == DENSE else row,
+    launch_on_bed(1, [os.path.join(ROOT, "examples", "charlm.py"), "--compression", row,
                       "--density", str(args.density), "--steps", str(args.steps),
                       "--eval-every", str(args.eval_every), "--json", out])
     with open(out) as f:

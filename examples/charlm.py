@@ -9,7 +9,7 @@ file, so validation is code the model never saw).  Bytes are the characters
 (vocabulary 256).  Model: embedding 64, one LSTM layer of 512, a linear
 decoder: 1,331,456 parameters.  Each rank trains on random windows of the
 training text (its own random stream); Horovod's ``DistributedOptimizer``
-averages the gradients, densely (``--compression none``) or through a
+averages the gradients, densely (``--compression dense``) or through a
 horovod_sparse compressor, and the step is the usual one for an LSTM:
 ``synchronize()``, clip the averaged gradient's norm, ``step()`` under
 ``skip_synchronize()``.  Validation bits per character (cross-entropy in
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 import horovod.torch as hvd
 
-from digits_common import GOSSIP, report
+from digits_common import DENSE, GOSSIP, canonical, report
 from torch_training import add_compression_argument, make_optimizer, traffic_summary
 
 TRAIN_FILES = ("argparse.py", "ast.py", "configparser.py", "dataclasses.py", "datetime.py",
@@ -99,10 +99,11 @@ def clipped_step(optimizer, model, clip, distributed):
         optimizer.step()
 
 
-def train(compression="none", density=0.01, steps=600, batch_size=16, sequence=64, lr=3.0,
+def train(compression="dense", density=0.01, steps=600, batch_size=16, sequence=64, lr=3.0,
           clip=1.0, eval_every=50, seed=0, verbose=True, **options):
     """Train once; return a summary dict with the validation curve (``curve``:
     ``step``, training ``seconds`` so far, ``bpc``) of rank 0's model."""
+    compression = canonical(compression)
     torch.manual_seed(seed)
     train_text = read_corpus(TRAIN_FILES)
     windows = validation_windows(read_corpus(VALIDATION_FILES))
@@ -136,7 +137,7 @@ def train(compression="none", density=0.01, steps=600, batch_size=16, sequence=6
         step_times.append(time.perf_counter() - start)
         seconds += step_times[-1]
     times = np.array(step_times[5:] or step_times)
-    summary = {"method": compression, "density_target": density if compression != "none" else 1.0,
+    summary = {"method": compression, "density_target": density if compression != DENSE else 1.0,
                "ranks": size, "parameters": n, "steps": steps, "curve": curve,
                "bpc": float(np.mean([point["bpc"] for point in curve[-2:]])),
                "characters_per_second": float(batch_size * sequence * size / times.mean()),

@@ -21,7 +21,7 @@ HEADERS = ["method", "accuracy", "samples/s", "density", "dens.err", "err.max", 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", default="none,topk,exdyna")
+    parser.add_argument("--methods", default="dense,topk,exdyna")
     parser.add_argument("--density", type=float, default=0.01)
     parser.add_argument("--epochs", type=int, default=20)
     args = parser.parse_args()

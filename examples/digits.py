@@ -6,7 +6,7 @@ Run on several ranks::
 
 Each rank trains on its shard of the training split (SGD, momentum 0.9 --
 inside the compressor for DGC and gs-SGD -- cosine learning-rate decay); Horovod's
-``DistributedOptimizer`` averages gradients, densely (``--compression none``)
+``DistributedOptimizer`` averages gradients, densely (``--compression dense``)
 or through a horovod_sparse compressor.  Rank 0 prints test accuracy per
 epoch and a summary: accuracy, throughput, density, density error and bytes
 per step.
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 import horovod.torch as hvd
 
-from digits_common import add_training_arguments, load_split, report
+from digits_common import DENSE, add_training_arguments, canonical, load_split, report
 from torch_training import add_compression_argument, make_optimizer, traffic_summary
 
 
@@ -36,10 +36,11 @@ def make_model(hidden=256):
                                torch.nn.Linear(hidden, 10))
 
 
-def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, seed=0,
+def train(compression="dense", density=0.01, epochs=30, batch_size=16, lr=0.05, seed=0,
           verbose=True, **options):
     """Train once; return a summary dict (rank 0's model is evaluated; under
     gossip the ranks' models differ, ``disagreement`` says by how much)."""
+    compression = canonical(compression)
     torch.manual_seed(seed)
     x_train, y_train, x_test, y_test = load_data()
     rank, size = hvd.rank(), hvd.size()
@@ -71,7 +72,7 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
             print(f"[{compression}] epoch {epoch + 1:3d}/{epochs}  test accuracy {accuracy:.4f}",
                   flush=True)
     times = np.array(step_times[steps_per_epoch:] or step_times)
-    summary = {"method": compression, "density_target": density if compression != "none" else 1.0,
+    summary = {"method": compression, "density_target": density if compression != DENSE else 1.0,
                "ranks": size, "parameters": n, "accuracy": accuracies[-1],
                "best_accuracy": max(accuracies), "accuracies": accuracies,
                "samples_per_second": float(batch_size * size / times.mean()),

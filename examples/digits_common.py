@@ -9,6 +9,15 @@ from sklearn.datasets import load_digits
 # (``hierarchical`` = Crossover-SGD in 2 groups): whole models, no density.
 GOSSIP = ("crossover", "hierarchical", "sgp")
 
+# The baseline: Horovod's dense allreduce of every coordinate.
+DENSE = "dense"
+
+
+def canonical(method):
+    """``method`` with the dense baseline named ``dense`` (Horovod's own name for
+    it, ``none`` as in ``hvd.Compression.none``, is accepted too)."""
+    return DENSE if method == "none" else method
+
 
 def load_split(seed=0):
     """scikit-learn's bundled 8x8 digits (1,797 images, no download), scaled to

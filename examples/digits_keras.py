@@ -5,7 +5,7 @@
 The same task, model and schedule as ``digits.py`` (PyTorch): each rank fits
 its shard with ``model.fit``; Horovod's Keras ``DistributedOptimizer`` (with
 ``groups=1``: horovod_sparse needs every gradient of a step at once) averages
-the gradients, densely (``--compression none``) or through a horovod_sparse
+the gradients, densely (``--compression dense``) or through a horovod_sparse
 compressor; Horovod's callbacks broadcast the initial weights and average the
 metrics.  Rank 0 prints test accuracy per epoch and a summary.
 
@@ -32,7 +32,7 @@ hvd_callbacks.K = tf.keras.backend  # Horovod's callbacks: Keras 2's backend, no
 
 import horovod_sparse  # noqa: E402
 import horovod_sparse.tensorflow as hs  # noqa: E402
-from digits_common import (add_training_arguments, dense_summary, load_split,  # noqa: E402
+from digits_common import (DENSE, add_training_arguments, canonical, dense_summary, load_split,  # noqa: E402
                            report, sparse_summary)
 
 
@@ -65,9 +65,10 @@ class _Progress(tf.keras.callbacks.Callback):
                   f"test accuracy {accuracy:.4f}", flush=True)
 
 
-def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, seed=0,
+def train(compression="dense", density=0.01, epochs=30, batch_size=16, lr=0.05, seed=0,
           verbose=True):
     """Fit once; return a summary dict like ``digits.train``'s."""
+    compression = canonical(compression)
     tf.keras.utils.set_random_seed(seed)
     x_train, y_train, x_test, y_test = load_split()
     rank, size = hvd.rank(), hvd.size()
@@ -76,7 +77,7 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
     x_shard, y_shard = x_shard[:steps_per_epoch * batch_size], y_shard[:steps_per_epoch * batch_size]
     model = make_model()
     compressor, momentum = hvd.Compression.none, 0.9
-    if compression != "none":
+    if compression != DENSE:
         compressor = hs.Compression.create(compression, density=density)
         momentum = 0.0 if compressor.owns_momentum else 0.9  # DGC, gs-SGD: inside
     schedule = tf.keras.optimizers.schedules.CosineDecay(lr, decay_steps=epochs * steps_per_epoch)
@@ -91,18 +92,18 @@ def train(compression="none", density=0.01, epochs=30, batch_size=16, lr=0.05, s
     n = int(sum(np.prod(v.shape) for v in model.trainable_variables))
     times = np.array(progress.step_times[steps_per_epoch:] or progress.step_times)
     summary = {"method": compression, "framework": "tensorflow-keras",
-               "density_target": density if compression != "none" else 1.0, "ranks": size,
+               "density_target": density if compression != DENSE else 1.0, "ranks": size,
                "parameters": n, "accuracy": progress.accuracies[-1],
                "best_accuracy": max(progress.accuracies), "accuracies": progress.accuracies,
                "samples_per_second": float(batch_size * size / times.mean()),
                "step_ms": float(1000 * times.mean())}
-    summary.update(dense_summary(n) if compression == "none" else sparse_summary(compressor.history))
+    summary.update(dense_summary(n) if compression == DENSE else sparse_summary(compressor.history))
     return summary, model
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compression", default="exdyna", help="none or a horovod_sparse "
+    parser.add_argument("--compression", default="exdyna", help="dense (or none) or a horovod_sparse "
                         "method (" + ", ".join(horovod_sparse.available()) + ")")
     add_training_arguments(parser)
     args = parser.parse_args()

@@ -6,21 +6,21 @@ import torch
 
 import horovod_sparse
 import horovod_sparse.torch as hs
-from digits_common import GOSSIP, dense_summary, sparse_summary
+from digits_common import DENSE, GOSSIP, canonical, dense_summary, sparse_summary
 
 
 def add_compression_argument(parser):
-    parser.add_argument("--compression", default="exdyna", help="none, a horovod_sparse "
+    parser.add_argument("--compression", default="exdyna", help="dense (or none), a horovod_sparse "
                         "method (" + ", ".join(horovod_sparse.available()) + ") or a gossip "
                         "optimizer (" + ", ".join(GOSSIP) + ")")
 
 
 def make_optimizer(method, model, density, lr, **options):
-    """``(optimizer, compressor)`` for ``method``: ``none`` (Horovod's dense
-    allreduce), a horovod_sparse compressor name, or a gossip optimizer
+    """``(optimizer, compressor)`` for ``method``: ``dense`` (Horovod's dense
+    allreduce; ``none`` too), a horovod_sparse compressor name, or a gossip optimizer
     (``crossover``, ``hierarchical`` = Crossover-SGD in 2 groups, ``sgp``);
     SGD with momentum 0.9 underneath."""
-    named = list(model.named_parameters())
+    method, named = canonical(method), list(model.named_parameters())
     if method in GOSSIP:
         sgd = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         if method == "sgp":
@@ -28,7 +28,7 @@ def make_optimizer(method, model, density, lr, **options):
         return hs.CrossoverSGD(sgd, named_parameters=named, **options,
                                groups=2 if method == "hierarchical" else None), None
     compressor, momentum = hvd.Compression.none, 0.9
-    if method != "none":
+    if method != DENSE:
         compressor = hs.Compression.create(method, density=density, named_parameters=named,
                                            **options)
         # DGC and gs-SGD apply momentum inside the compressor (momentum
@@ -46,8 +46,9 @@ def traffic_summary(method, model, optimizer, compressor):
     under gossip, whose ranks' models differ by design)."""
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     mean = hvd.allreduce(flat, op=hvd.Average, name="example.disagreement")
+    method = canonical(method)
     summary = {"disagreement": float((flat - mean).abs().max()),
-               "owns_momentum": bool(compressor is not None and method != "none"
+               "owns_momentum": bool(compressor is not None and method != DENSE
                                      and compressor.owns_momentum)}
     if method in GOSSIP:
         traffic = optimizer.traffic or {"bytes_sent": 0, "bytes_received": 0}
@@ -55,7 +56,7 @@ def traffic_summary(method, model, optimizer, compressor):
                        density_error_max=0.0,
                        bytes_per_step=traffic["bytes_sent"] + traffic["bytes_received"],
                        buildup_mean=1.0, imbalance_mean=0.0)
-    elif method == "none":
+    elif method == DENSE:
         summary.update(dense_summary(flat.numel()))
     else:
         summary.update(sparse_summary(compressor.history))

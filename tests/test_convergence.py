@@ -40,8 +40,8 @@ def test_every_method_matches_dense_accuracy(tmp_path):
     short: hard threshold and gs-SGD (the slowest step); Random-k diverges on
     this task with error feedback (recorded there)."""
     partition, baselines = ["micro", "exdyna", "deft"], ["topk", "gtopk", "dgc", "cltk"]
-    results = _train(2, ["none"] + partition + baselines, tmp_path)
-    dense = _final(results["none"])
+    results = _train(2, ["dense"] + partition + baselines, tmp_path)
+    dense = _final(results["dense"])
     assert dense > 0.95
     for method in partition:
         assert _final(results[method]) >= dense - 0.015, (method, results[method]["accuracies"])
