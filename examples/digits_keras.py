@@ -32,8 +32,8 @@ hvd_callbacks.K = tf.keras.backend  # Horovod's callbacks: Keras 2's backend, no
 
 import horovod_sparse  # noqa: E402
 import horovod_sparse.tensorflow as hs  # noqa: E402
-from digits_common import (DENSE, add_training_arguments, canonical, dense_summary, load_split,  # noqa: E402
-                           report, sparse_summary)
+from digits_common import (DENSE, add_training_arguments, canonical,  # noqa: E402
+                           dense_summary, load_split, report, sparse_summary)
 
 
 def make_model(hidden=256):
@@ -103,8 +103,8 @@ def train(compression="dense", density=0.01, epochs=30, batch_size=16, lr=0.05, 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compression", default="exdyna", help="dense (or none) or a horovod_sparse "
-                        "method (" + ", ".join(horovod_sparse.available()) + ")")
+    parser.add_argument("--compression", default="exdyna", help="dense (or none) or a "
+                        "horovod_sparse method (" + ", ".join(horovod_sparse.available()) + ")")
     add_training_arguments(parser)
     args = parser.parse_args()
     hvd.init()

@@ -6,21 +6,22 @@ import torch
 
 import horovod_sparse
 import horovod_sparse.torch as hs
-from digits_common import DENSE, GOSSIP, canonical, dense_summary, sparse_summary
+from digits_common import DENSE, GOSSIP, dense_summary, sparse_summary
 
 
 def add_compression_argument(parser):
-    parser.add_argument("--compression", default="exdyna", help="dense (or none), a horovod_sparse "
-                        "method (" + ", ".join(horovod_sparse.available()) + ") or a gossip "
-                        "optimizer (" + ", ".join(GOSSIP) + ")")
+    parser.add_argument("--compression", default="exdyna", help="dense (or none), a "
+                        "horovod_sparse method (" + ", ".join(horovod_sparse.available())
+                        + ") or a gossip optimizer (" + ", ".join(GOSSIP) + ")")
 
 
 def make_optimizer(method, model, density, lr, **options):
-    """``(optimizer, compressor)`` for ``method``: ``dense`` (Horovod's dense
-    allreduce; ``none`` too), a horovod_sparse compressor name, or a gossip optimizer
+    """``(optimizer, compressor)`` for ``method`` (named as by
+    ``digits_common.canonical``): ``dense`` (Horovod's dense allreduce), a
+    horovod_sparse compressor name, or a gossip optimizer
     (``crossover``, ``hierarchical`` = Crossover-SGD in 2 groups, ``sgp``);
     SGD with momentum 0.9 underneath."""
-    method, named = canonical(method), list(model.named_parameters())
+    named = list(model.named_parameters())
     if method in GOSSIP:
         sgd = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         if method == "sgp":
@@ -46,7 +47,6 @@ def traffic_summary(method, model, optimizer, compressor):
     under gossip, whose ranks' models differ by design)."""
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     mean = hvd.allreduce(flat, op=hvd.Average, name="example.disagreement")
-    method = canonical(method)
     summary = {"disagreement": float((flat - mean).abs().max()),
                "owns_momentum": bool(compressor is not None and method != DENSE
                                      and compressor.owns_momentum)}
