@@ -44,20 +44,33 @@ def test_numba_is_used():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("start,stop", [(0, 64), (0, 63), (5, 5), (3, 200_003), (70, 4096 * 64 + 129)])
-def test_abs_ge_indices_matches_flatnonzero(dtype, start, stop):
+def test_abs_ge_entries_match_flatnonzero(dtype, start, stop):
     x = np.clip(tie_heavy(300_000, seed=start + stop, kind="cauchy"), -6e4, 6e4).astype(dtype)
     threshold = float(abs(x[5]))  # exactly equal to every 97th element
     expected = reference_abs_ge(x, threshold, start, stop)
-    for found in (kernels.abs_ge_indices(x, threshold, start, stop),
-                  kernels._numpy_abs_ge_indices(x, x.dtype.type(threshold), start, stop)):
-        assert found.dtype == np.int64
-        assert np.array_equal(found, expected)
+    for indices, values in (kernels.abs_ge_entries(x, threshold, start, stop),
+                            kernels._numpy_abs_ge_entries(x, threshold, start, stop)):
+        assert indices.dtype == np.int64 and values.dtype == x.dtype
+        assert np.array_equal(indices, expected)
+        assert np.array_equal(values.view(np.uint8), x[expected].view(np.uint8))
+    assert np.array_equal(kernels.abs_ge_indices(x, threshold, start, stop), expected)
 
 
-def test_abs_ge_indices_when_most_elements_pass():
-    x = tie_heavy(100_000, seed=1, kind="cauchy")
-    assert np.array_equal(kernels.abs_ge_indices(x, 0.0, 11, 99_999),
-                          reference_abs_ge(x, 0.0, 11, 99_999))
+@pytest.mark.parametrize("share", [0.0, 0.3, 1.0])
+def test_abs_ge_entries_when_many_elements_pass(share):
+    """Hits in most blocks of several chunks (the output grows chunk by chunk)."""
+    x = tie_heavy(3 * 4096 * 64 + 1001, seed=1, kind="cauchy")
+    threshold = np.quantile(np.abs(x), 1 - share) if share else 0.0
+    indices, values = kernels.abs_ge_entries(x, threshold, 11, x.size - 5)
+    assert np.array_equal(indices, reference_abs_ge(x, threshold, 11, x.size - 5))
+    assert np.array_equal(values, x[indices])
+
+
+def test_abs_ge_entries_of_nonfinite_elements():
+    x = np.array([np.nan, np.inf, -np.inf, 1.0, -2.0] * 30, np.float32)
+    indices, values = kernels.abs_ge_entries(x, 1.5, 0, x.size)
+    assert np.array_equal(indices, reference_abs_ge(x, 1.5, 0, x.size))  # NaN compares false
+    assert np.array_equal(values, x[indices])
 
 
 @pytest.mark.parametrize("kind", ["integers", "zeros", "cauchy"])

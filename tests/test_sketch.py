@@ -101,3 +101,17 @@ def test_count_abs_ge_each_matches_sorting_on_edge_values():
     magnitude = np.sort(np.abs(x))
     expected = magnitude.size - np.searchsorted(magnitude, rungs, side="left")
     assert kernels.count_abs_ge_each(x, rungs).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("rungs", [[-1.0, -0.0, 0.0, 0.5], [0.25, 0.5, np.inf], [3e-39, 1e30],
+                                   [], list(np.geomspace(1e-3, 1e3, 2000))])
+def test_count_abs_ge_each_matches_sorting_on_any_ladder(rungs):
+    """Ladders reaching below zero, to infinity, over subnormals, across twenty
+    octaves (one key table entry per 1/128 octave), and none."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_cauchy(20_000) * 10.0 ** rng.integers(-40, 30, 20_000)).astype(np.float32)
+    x[:4] = [np.inf, -np.inf, 0.0, -0.0]
+    rungs = np.asarray(rungs, np.float32)
+    magnitude = np.sort(np.abs(x))
+    expected = magnitude.size - np.searchsorted(magnitude, rungs, side="left")
+    assert kernels.count_abs_ge_each(x, rungs).tolist() == expected.tolist()

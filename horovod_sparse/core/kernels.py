@@ -11,13 +11,14 @@ kernels keep each phase at one pass:
 * :func:`all_finite` checks a vector with one read of its exponent bits, on
   one thread: torch's and numpy's reductions wake a thread pool or allocate,
   which on a small model's step costs more than the read;
-* :func:`abs_ge_indices` finds ``|x_i| >= t`` with one vectorized read: it
-  counts the hits of each 64-element block, and only a block with a hit
-  (still in L1) is read again to write its indices;
+* :func:`abs_ge_entries` finds ``|x_i| >= t`` (indices and values) with one
+  vectorized read: it writes a 64-bit hit mask per 64-element block, a chunk
+  of blocks at a time, and walks the set bits of each mask (the block still
+  in L1), so a hit costs a few instructions, not a re-scan of its block;
 * :func:`count_abs_ge_each` counts ``|x_i| >= t_j`` for a whole ladder of
   thresholds in one read (each element starts at the first rung of its
-  float's exponent-and-top-mantissa key and steps over the few rungs inside
-  it), where sorting the magnitudes would cost ``m log m``;
+  float's exponent-and-top-mantissa key and steps over the one or two rungs
+  inside it), where sorting the magnitudes would cost ``m log m``;
 * :func:`sketch_encode` and :func:`sketch_estimate` add a vector into a Count
   Sketch and read its estimates back (:mod:`horovod_sparse.core.sketch`),
   hashing each coordinate once per row in registers: no index or sign vector
@@ -36,11 +37,16 @@ try:
 except ImportError:  # pragma: no cover - numba is a requirement; this keeps a broken install usable
     numba = None
 
-BLOCK = 64        # elements per block of the scan: a cache line's worth of float32 x 4
-BLOCKS_PER_CHUNK = 4096  # blocks whose hit counts are held at once (32 KiB)
+BLOCK = 64        # elements per block of the scan: one bit each in a uint64 mask
+BLOCKS_PER_CHUNK = 4096  # blocks whose masks are held at once (32 KiB; the chunk, 1 MiB, in L2)
 SCAN_CHUNK = 1 << 16  # elements per step of the numpy scan
 _COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no float16
-KEY_SHIFT = 20  # float32 bits >> 20: the exponent and 3 mantissa bits (8 keys an octave)
+KEY_SHIFT = 16  # float32 bits >> 16: the exponent and 7 mantissa bits (128 keys an octave)
+# The lowest set bit of a mask m, isolated as b = m & -m, is bit BIT_OF[(b * DE_BRUIJN) >> 58]:
+# the de Bruijn sequence's 64 six-bit windows are distinct (a count-trailing-zeros in 3 steps).
+DE_BRUIJN = 0x03F79D71B4CB0A89
+BIT_OF = np.zeros(64, np.int64)
+BIT_OF[[((1 << bit) * DE_BRUIJN % (1 << 64)) >> 58 for bit in range(64)]] = np.arange(64)
 HASH_PRIME = 2 ** 31 - 1  # the sketch's Mersenne modulus: products of two residues fit in int64
 
 
@@ -76,13 +82,14 @@ def sketch_positions(start, stop, coefficients, columns):
     return sketch_hash(positions, *(np.int64(c) for c in coefficients), np.int64(columns))
 
 
-def _numpy_abs_ge_indices(x, threshold, start, stop):
+def _numpy_abs_ge_entries(x, threshold, start, stop):
     threshold = x.dtype.type(threshold)
     found = []
     for first in range(start, stop, SCAN_CHUNK):
         chunk = x[first:min(first + SCAN_CHUNK, stop)]
         found.append(np.flatnonzero(np.abs(chunk) >= threshold) + first)
-    return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+    indices = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+    return indices, x[indices]
 
 
 def _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old, momentum,
@@ -109,47 +116,71 @@ if numba is not None:
     _jit_counting = numba.njit(nogil=True, cache=True, fastmath=True)
 
     @_jit_counting
-    def _block_hits(rows, threshold, hits):
-        for b in range(rows.shape[0]):
+    def _block_masks(rows, first, last, threshold, masks):
+        # rows[first:last] passed as bounds: a sliced 2-D argument does not vectorize
+        for b in range(first, last):
             row = rows[b]
-            count = 0
-            for j in range(row.size):
-                count += np.int32(abs(row[j]) >= threshold)
-            hits[b] = count
+            mask = np.uint64(0)
+            for j in range(BLOCK):
+                mask |= np.uint64(abs(row[j]) >= threshold) << np.uint64(j)
+            masks[b - first] = mask
+
+    @_jit_counting
+    def _set_bits(masks, count):
+        total = 0
+        for b in range(count):  # SWAR popcount
+            m = masks[b]
+            m = m - ((m >> np.uint64(1)) & np.uint64(0x5555555555555555))
+            m = (m & np.uint64(0x3333333333333333)) + ((m >> np.uint64(2)) &
+                                                       np.uint64(0x3333333333333333))
+            m = (m + (m >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+            total += (m * np.uint64(0x0101010101010101)) >> np.uint64(56)
+        return total
 
     @_jit
-    def _grown(out, count, need):
-        grown = np.empty(max(2 * out.size, need), np.int64)
-        grown[:count] = out[:count]
-        return grown
+    def _write_hits(rows, first, last, masks, start, indices, values, count):
+        for b in range(first, last):
+            mask = masks[b - first]
+            if mask:
+                row, base = rows[b], start + b * BLOCK
+                while mask:
+                    lowest = mask & (~mask + np.uint64(1))
+                    j = BIT_OF[(lowest * np.uint64(DE_BRUIJN)) >> np.uint64(58)]
+                    indices[count] = base + j
+                    values[count] = row[j]
+                    count += 1
+                    mask ^= lowest
+        return count
 
     @_jit
-    def _compiled_abs_ge_indices(x, threshold, start, stop):
+    def _grown(indices, values, count, need):
+        size = max(2 * indices.size, need)
+        grown_indices, grown_values = np.empty(size, np.int64), np.empty(size, values.dtype)
+        grown_indices[:count], grown_values[:count] = indices[:count], values[:count]
+        return grown_indices, grown_values
+
+    @_jit
+    def _compiled_abs_ge_entries(x, threshold, start, stop):
         blocks = (stop - start) // BLOCK
         rows = x[start:start + blocks * BLOCK].reshape((blocks, BLOCK))
-        hits = np.empty(BLOCKS_PER_CHUNK, np.int64)
-        out = np.empty(1024, np.int64)
+        masks = np.empty(BLOCKS_PER_CHUNK, np.uint64)
+        indices, values = np.empty(1024, np.int64), np.empty(1024, x.dtype)
         count = 0
         for first in range(0, blocks, BLOCKS_PER_CHUNK):
             last = min(first + BLOCKS_PER_CHUNK, blocks)
-            _block_hits(rows[first:last], threshold, hits)
-            need = count + hits[:last - first].sum() + 1  # +1: the branch-free store below
-            if need > out.size:
-                out = _grown(out, count, need)
-            for b in range(first, last):
-                if hits[b - first]:
-                    row, base = rows[b], start + b * BLOCK
-                    for j in range(BLOCK):  # store always, advance on a hit: no branch
-                        out[count] = base + j
-                        count += abs(row[j]) >= threshold
+            _block_masks(rows, first, last, threshold, masks)
+            need = count + _set_bits(masks, last - first)
+            if need > indices.size:
+                indices, values = _grown(indices, values, count, need)
+            count = _write_hits(rows, first, last, masks, start, indices, values, count)
         tail_start = start + blocks * BLOCK
-        if count + (stop - tail_start) > out.size:
-            out = _grown(out, count, count + stop - tail_start)
+        if count + (stop - tail_start) > indices.size:
+            indices, values = _grown(indices, values, count, count + stop - tail_start)
         for i in range(tail_start, stop):
             if abs(x[i]) >= threshold:
-                out[count] = i
+                indices[count], values[count] = i, x[i]
                 count += 1
-        return out[:count].copy()
+        return indices[:count].copy(), values[:count].copy()
 
     @_jit_counting
     def _compiled_nonfinite32(bits):
@@ -198,14 +229,21 @@ if numba is not None:
                 coefficients[r, 4], coefficients[r, 5])
 
     @_jit
-    def _compiled_count_abs_ge_each(bits, rungs, first_rung):
+    def _compiled_count_abs_ge_each(bits, rungs, first_rung, lowest_key):
         per_bucket = np.zeros(rungs.size + 1, np.int64)  # bucket b: b rungs are <= |x_i|
+        highest_key = lowest_key + first_rung.size - 1
         for i in range(bits.size):
             magnitude_bits = bits[i] & 0x7FFFFFFF
-            bucket = first_rung[magnitude_bits >> KEY_SHIFT]
-            magnitude = np.int32(magnitude_bits).view(np.float32)
-            while bucket < rungs.size and rungs[bucket] <= magnitude:
-                bucket += 1
+            key = magnitude_bits >> KEY_SHIFT
+            if key < lowest_key:    # below the key of the lowest rung: under every rung
+                bucket = 0
+            elif key > highest_key:  # above the key of the highest (inf, NaN too): over all
+                bucket = rungs.size
+            else:
+                bucket = first_rung[key - lowest_key]
+                magnitude = np.int32(magnitude_bits).view(np.float32)
+                while bucket < rungs.size and rungs[bucket] <= magnitude:
+                    bucket += 1
             per_bucket[bucket] += 1
         counts = np.zeros(rungs.size, np.int64)
         above = 0
@@ -259,11 +297,15 @@ def count_abs_ge_each(x, thresholds):
     if numba is None or x.dtype != np.float32 or not x.flags.c_contiguous:
         magnitude = np.sort(np.abs(x))
         return (magnitude.size - np.searchsorted(magnitude, rungs, side="left")).astype(np.int64)
-    # The rungs below the smallest float of each key (exponent and top mantissa bits):
-    # an element starts its search there and steps over the few rungs inside its key.
-    key_floors = (np.arange(1 << (31 - KEY_SHIFT), dtype=np.int32) << KEY_SHIFT).view(np.float32)
+    # For each key (exponent and top mantissa bits) from the lowest rung's to the highest's,
+    # the rungs below its smallest float: an element starts its search there and steps over
+    # the one or two rungs inside its key.
+    if rungs.size == 0:
+        return np.zeros(0, np.int64)
+    keys = (np.maximum(rungs[[0, -1]], 0).view(np.int32) & 0x7FFFFFFF) >> KEY_SHIFT
+    key_floors = (np.arange(keys[0], keys[1] + 1, dtype=np.int32) << KEY_SHIFT).view(np.float32)
     first_rung = np.searchsorted(rungs, key_floors, side="left").astype(np.int64)
-    return _compiled_count_abs_ge_each(x.view(np.int32), rungs, first_rung)
+    return _compiled_count_abs_ge_each(x.view(np.int32), rungs, first_rung, np.int64(keys[0]))
 
 
 def sketch_compiled(x):
@@ -285,13 +327,19 @@ def sketch_estimate(table, start, stop, coefficients, columns):
     return out
 
 
-def abs_ge_indices(x, threshold, start, stop):
-    """Global indices ``i`` in ``[start, stop)`` with ``|x[i]| >= threshold`` (int64,
-    ascending), the threshold compared in ``x``'s precision."""
+def abs_ge_entries(x, threshold, start, stop):
+    """``(i, x[i])`` for the ``i`` in ``[start, stop)`` with ``|x[i]| >= threshold``
+    (int64 indices ascending, and their values), the threshold compared in
+    ``x``'s precision."""
     threshold = x.dtype.type(threshold)
     if numba is None or x.dtype not in _COMPILED_DTYPES or stop - start <= 0:
-        return _numpy_abs_ge_indices(x, threshold, start, stop)
-    return _compiled_abs_ge_indices(x, threshold, start, stop)
+        return _numpy_abs_ge_entries(x, threshold, start, stop)
+    return _compiled_abs_ge_entries(x, threshold, start, stop)
+
+
+def abs_ge_indices(x, threshold, start, stop):
+    """The indices of :func:`abs_ge_entries`."""
+    return abs_ge_entries(x, threshold, start, stop)[0]
 
 
 def all_finite(x):

@@ -56,7 +56,7 @@ def topk_abs(x, k, start, stop, sample=SAMPLE):
 
     A strided sample of ``sample`` magnitudes estimates a threshold ``t`` a
     little below the ``k``-th largest; one scan collects every ``|x_i| >= t``
-    (:func:`kernels.abs_ge_indices`), and the exact selection runs among
+    (:func:`kernels.abs_ge_entries`), and the exact selection runs among
     those candidates only.  It is exact whenever there are at least ``k``
     candidates, since then every element of the top ``k`` (and every tie at
     the ``k``-th magnitude) is one; with fewer (an unlucky sample) the
@@ -72,9 +72,9 @@ def topk_abs(x, k, start, stop, sample=SAMPLE):
     rank = int(1.25 * expected + 4 * np.sqrt(expected) + 8)  # a margin of about 4 sigma
     while rank < sample // 4:
         threshold = np.partition(magnitudes, sample - rank)[sample - rank]
-        candidates = kernels.abs_ge_indices(x, threshold, start, stop)
+        candidates, values = kernels.abs_ge_entries(x, threshold, start, stop)
         if candidates.size >= k:
-            magnitude = np.abs(x[candidates])
+            magnitude = np.abs(values)
             kth = np.partition(magnitude, magnitude.size - k)[magnitude.size - k]
             return _above_then_lowest_tied(candidates, magnitude, kth, k)
         rank *= 4
@@ -209,6 +209,11 @@ class ArrayOps(abc.ABC):
         self.zero_at(x, indices)
         self.scatter_add(x, indices, lost)
 
+    def abs_ge_entries(self, x, threshold, start, stop):
+        """``(indices, x[indices])`` for the ``indices`` of :meth:`abs_ge_indices`."""
+        indices = self.abs_ge_indices(x, threshold, start, stop)
+        return indices, self.take(x, indices)
+
     def select_abs_ge(self, indices, values, threshold):
         """``indices[|values| >= threshold]``."""
         return self.take(indices, self.abs_ge_indices(values, threshold, 0, int(values.shape[0])))
@@ -281,6 +286,9 @@ class NumpyOps(ArrayOps):
 
     def abs_ge_indices(self, x, threshold, start, stop):
         return kernels.abs_ge_indices(x, threshold, start, stop)
+
+    def abs_ge_entries(self, x, threshold, start, stop):
+        return kernels.abs_ge_entries(x, threshold, start, stop)
 
     def topk_abs_indices(self, x, k, start, stop):
         return topk_abs(x, k, start, stop)

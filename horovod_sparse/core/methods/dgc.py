@@ -119,11 +119,10 @@ class DGC(Sparsifier):
         k = max(1, math.floor(density * n))
         with context.timed_selection():
             threshold = self.sampled_threshold(acc, context, density)
-            indices = ops.abs_ge_indices(acc, threshold, 0, n)
+            indices, values = ops.abs_ge_entries(acc, threshold, 0, n)
             if len(indices) > self.overshoot * k:
-                selected = ops.take(acc, indices)
-                indices = ops.take(indices, ops.topk_abs_indices(selected, k, 0, len(indices)))
-            values = ops.take(acc, indices)
+                chosen = ops.topk_abs_indices(values, k, 0, len(indices))
+                indices, values = ops.take(indices, chosen), ops.take(values, chosen)
         counts = context.exchange_header(len(indices))[:, 0]
         aggregate, gathered = average_gathered(context, indices, values, counts)
         return aggregate, step_metrics(context, k, counts, ops.count_unique(gathered), threshold)

@@ -52,8 +52,7 @@ _REESTIMATE_RATIO = 16.0
 def ladder_candidates(ops, acc, rungs, start, stop):
     """One pass over ``acc[start:stop]``: the elements at or above the lowest rung,
     their values, and this rank's count at every rung (ascending ``rungs``)."""
-    candidates = ops.abs_ge_indices(acc, rungs[0], start, stop)
-    values = ops.take(acc, candidates)
+    candidates, values = ops.abs_ge_entries(acc, rungs[0], start, stop)
     return candidates, values, ops.count_abs_ge_each(values, rungs)
 
 
