@@ -139,6 +139,16 @@ def test_accumulate_reports_a_nonfinite_result(bad, where):
     assert kernels._numpy_accumulate(acc, residual, grad, 1.0, None, None, 0.0) is False
     big = np.full(1000, 3e38, np.float32)  # finite inputs whose sum overflows
     assert kernels.accumulate(acc, big, big) is False
+    velocity = (np.empty(1000, np.float32), np.zeros(1000, np.float32))
+    assert kernels.accumulate(acc, residual, grad, 1.0, *velocity, 0.9) is False
+
+
+def test_accumulate_of_the_largest_float_is_finite():
+    largest = np.full(1000, np.finfo(np.float32).max, np.float32)
+    acc, zeros = np.empty(1000, np.float32), np.zeros(1000, np.float32)
+    assert kernels.accumulate(acc, zeros, largest) is True
+    assert kernels.accumulate(acc, zeros, largest, 1.0, np.empty(1000, np.float32), zeros,
+                              0.9) is True
 
 
 def test_accumulate_of_a_float16_gradient_falls_back_to_numpy():

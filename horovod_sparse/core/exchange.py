@@ -64,13 +64,14 @@ class StepContext:
     """
 
     def __init__(self, ops, comm, layout, step, configuration, finite, aggregate, feedback,
-                 reduction="average", model=None):
+                 reduction="average", model=None, aggregate_zeroed=False):
         self.ops, self.layout, self.step = ops, layout, step
         self.model = layout if model is None else model  # checked in the header
         self.wire_dtype = wire_dtype(self.model)
         self.configuration, self.finite, self.reduction = configuration, finite, reduction
         self._comm = comm
         self._aggregate = aggregate
+        self._aggregate_zeroed = aggregate_zeroed  # (by the accumulating pass)
         self._feedback = feedback
         self._header_exchanged = False
         self.selection_time = 0.0
@@ -85,7 +86,9 @@ class StepContext:
 
     def new_aggregate(self):
         """This step's dense output buffer, zeroed."""
-        self.ops.fill_zero(self._aggregate)
+        if not self._aggregate_zeroed:
+            self.ops.fill_zero(self._aggregate)
+        self._aggregate_zeroed = False  # the caller writes into it
         return self._aggregate
 
     def clear(self, indices):
@@ -318,10 +321,11 @@ class GradientExchange:
         sparse = split.sparse_layout
         self.comm.reset_traffic()
         like = next(grad for i, grad in enumerate(grads) if i not in held)
-        acc, dense, finite = self._gather(split, grads, held, like)
+        output = self._output(layout, like)
+        acc, dense, finite = self._gather(split, grads, held, like, output)
         context = StepContext(self.ops, self.comm, sparse, self.step_count, self.configuration,
-                              finite=finite, aggregate=self._output(layout, like),
-                              feedback=self.feedback, reduction=self.reduction, model=layout)
+                              finite=finite, aggregate=output, feedback=self.feedback,
+                              reduction=self.reduction, model=layout, aggregate_zeroed=True)
         method = DENSE_STEP if kind == "dense" else self.sparsifier
         try:
             if sparse.n:
@@ -464,18 +468,23 @@ class GradientExchange:
         self.history.append(metrics)
         self.step_count += 1
 
-    def _gather(self, split, grads, held, like):
+    def _gather(self, split, grads, held, like, output):
         """``(acc, dense, all finite)``: error feedback over the sparsified gradients
         (``acc``, ``None`` when there are none) and the dense part's vector (``None``
-        when there is none), both of one clipping scale."""
+        when there is none), both of one clipping scale; the step's ``output``
+        buffer zeroed on the way (the sparsified part's in the accumulating pass)."""
         scale = self._clip_scale(grads, split.layout, held)
         acc, finite = None, True
-        if split.sparse_layout.n:
+        n_sparse = split.sparse_layout.n
+        if n_sparse:
             acc = self.feedback.accumulate([grads[i] for i in split.sparse], split.sparse_layout,
-                                           scale, split.held_in(split.sparse, held), like)
+                                           scale, split.held_in(split.sparse, held), like,
+                                           zero=output)  # the sparsified part: [0, n_sparse)
             finite = self.feedback.finite
             if finite is None:
                 finite = self.ops.all_finite(acc)
+        if n_sparse < split.layout.n:
+            self.ops.fill_zero(output[n_sparse:])
         if not split.dense:
             self.dense.refuse_pending(split.dense_layout)
             return acc, None, finite

@@ -97,14 +97,16 @@ class ErrorFeedback:
         """``u`` of momentum correction (``None`` without momentum)."""
         return self._velocity.current if self.momentum else None
 
-    def accumulate(self, grads, layout, scale=None, held=(), like=None):
+    def accumulate(self, grads, layout, scale=None, held=(), like=None, zero=None):
         """Return ``acc = residual + grads`` (``residual + u`` with momentum, ``residual
         + m u + grads`` with Nesterov), in spare buffers.
 
         ``scale`` (a number) multiplies every gradient first (local clipping);
         ``held`` lists the positions of absent gradients (zeros in ``acc``;
         their ``grads`` entries are not read and may be ``None``); new buffers go
-        on ``like``'s device (default: the first gradient's).  One pass
+        on ``like``'s device (default: the first gradient's); ``zero``
+        (optional, at least ``layout.n`` long) is zeroed over ``[0, layout.n)``
+        in the same pass.  One pass
         per gradient; :attr:`finite` tells whether every element of ``acc`` is
         finite where the backend checked in that pass (``None`` otherwise).
         """
@@ -120,10 +122,11 @@ class ErrorFeedback:
         self.finite = True
         for i, (grad, (start, stop)) in enumerate(zip(grads, layout.bounds)):
             if i in held:
-                ops.fill_zero(acc[start:stop])
+                for buffer in (acc,) if zero is None else (acc, zero):
+                    ops.fill_zero(buffer[start:stop])
                 continue
             finite = ops.accumulate_slice(acc, self.residual, grad, start, stop, scale, velocity,
-                                          self.momentum, self.nesterov)
+                                          self.momentum, self.nesterov, zero)
             self.finite = None if finite is None or self.finite is None else self.finite and finite
         return acc
 

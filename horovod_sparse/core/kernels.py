@@ -7,7 +7,8 @@ kernels keep each phase at one pass:
 * :func:`accumulate` forms ``acc = residual + scale * grad`` (or, under
   momentum correction, ``u = m u + scale * grad``, ``acc = residual + u``;
   Nesterov: ``acc = residual + m u + scale * grad``)
-  and checks that every result is finite in the same pass;
+  and checks that every result is finite in the same loop, on the value in
+  its register (at the speed of numpy's ``add`` alone);
 * :func:`all_finite` checks a vector with one read of its exponent bits, on
   one thread: torch's and numpy's reductions wake a thread pool or allocate,
   which on a small model's step costs more than the read;
@@ -47,6 +48,7 @@ KEY_SHIFT = 16  # float32 bits >> 16: the exponent and 7 mantissa bits (128 keys
 DE_BRUIJN = 0x03F79D71B4CB0A89
 BIT_OF = np.zeros(64, np.int64)
 BIT_OF[[((1 << bit) * DE_BRUIJN % (1 << 64)) >> 58 for bit in range(64)]] = np.arange(64)
+FLOAT32_MAX = np.float32(np.finfo(np.float32).max)
 HASH_PRIME = 2 ** 31 - 1  # the sketch's Mersenne modulus: products of two residues fit in int64
 
 
@@ -197,19 +199,19 @@ if numba is not None:
         return count
 
     @_jit
-    def _compiled_accumulate(acc, residual, grad, scale):
-        bits = acc.view(np.int32)
+    def _compiled_accumulate(acc, residual, grad, scale, zero):
         nonfinite = 0
         for i in range(acc.size):
-            acc[i] = residual[i] + grad[i] * scale
-        for i in range(acc.size):  # re-read while the slice is in cache; exponent all ones
-            nonfinite += (bits[i] & 0x7F800000) == 0x7F800000
+            value = residual[i] + grad[i] * scale
+            acc[i] = value
+            if zero is not None:  # resolved at compile time: a None argument is a type
+                zero[i] = 0
+            nonfinite += not abs(value) <= FLOAT32_MAX  # inf or NaN
         return nonfinite == 0
 
     @_jit
     def _compiled_accumulate_momentum(acc, residual, grad, scale, velocity_new, velocity_old,
-                                      momentum, nesterov):
-        bits = acc.view(np.int32)
+                                      momentum, nesterov, zero):
         nonfinite = 0
         for i in range(acc.size):
             scaled = grad[i] * scale
@@ -217,11 +219,12 @@ if numba is not None:
             velocity_new[i] = velocity
             if nesterov:
                 velocity = velocity * momentum + scaled
-            acc[i] = residual[i] + velocity
-        for i in range(acc.size):
-            nonfinite += (bits[i] & 0x7F800000) == 0x7F800000
+            value = residual[i] + velocity
+            acc[i] = value
+            if zero is not None:
+                zero[i] = 0
+            nonfinite += not abs(value) <= FLOAT32_MAX
         return nonfinite == 0
-
 
     @numba.njit(inline="always")
     def _row(coefficients, r):
@@ -352,22 +355,26 @@ def all_finite(x):
 
 
 def accumulate(acc, residual, grad, scale=1.0, velocity_new=None, velocity_old=None,
-               momentum=0.0, nesterov=False):
+               momentum=0.0, nesterov=False, zero=None):
     """``acc = residual + scale * grad`` in place (with momentum correction
     ``velocity_new = momentum * velocity_old + scale * grad`` and
     ``acc = residual + velocity_new``; Nesterov: ``acc = residual + momentum *
     velocity_new + scale * grad``); return whether every ``acc`` is finite.
+    ``zero`` (optional, float32 of the same length) is set to 0 in the same
+    loop: the step's output buffer, cleared while the pass streams anyway.
 
     All arrays are float32 slices of one length; each product and sum is
     rounded to float32 (no fused multiply-add), as the numpy expression would.
     """
     compiled = numba is not None and acc.flags.c_contiguous and acc.dtype == np.float32 and (
-        grad.dtype == np.float32)
+        grad.dtype == np.float32) and (zero is None or zero.flags.c_contiguous)
     if not compiled:
+        if zero is not None:
+            zero.fill(0)
         return _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old, momentum,
                                  nesterov)
     scale = np.float32(scale)
     if velocity_new is None:
-        return _compiled_accumulate(acc, residual, grad, scale)
+        return _compiled_accumulate(acc, residual, grad, scale, zero)
     return _compiled_accumulate_momentum(acc, residual, grad, scale, velocity_new, velocity_old,
-                                         np.float32(momentum), bool(nesterov))
+                                         np.float32(momentum), bool(nesterov), zero)

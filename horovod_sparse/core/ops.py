@@ -180,14 +180,18 @@ class ArrayOps(abc.ABC):
         return bool(np.isfinite(self.segment_sq_norms(x, [(0, int(x.shape[0]))])).all())
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
-                         momentum=0.0, nesterov=False):
+                         momentum=0.0, nesterov=False, zero=None):
         """Error feedback for one gradient: ``acc[start:stop] = residual[start:stop] + g``
         with ``g = scale * grad`` (``grad`` unscaled when ``scale`` is ``None``);
         under momentum correction ``velocity = (new, old)`` and first
         ``new[start:stop] = momentum * old[start:stop] + g``, then ``g =
         new[start:stop]`` (Nesterov: ``g = momentum * new[start:stop] + g``).
+        ``zero`` (optional): a buffer whose ``[start:stop]`` is set to zero too
+        (the step's output; in the same pass where the backend can).
         Returns whether the slice of ``acc`` is all finite, or ``None`` where the
         backend does not check in the same pass."""
+        if zero is not None:
+            self.fill_zero(zero[start:stop])
         if scale is not None:
             grad = self.multiply(grad, scale)
         if velocity is not None:
@@ -320,11 +324,12 @@ class NumpyOps(ArrayOps):
         return kernels.all_finite(x)
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
-                         momentum=0.0, nesterov=False):
+                         momentum=0.0, nesterov=False, zero=None):
         new, old = (None, None) if velocity is None else (velocity[0][start:stop],
                                                           velocity[1][start:stop])
         return kernels.accumulate(acc[start:stop], residual[start:stop], grad,
-                                  1.0 if scale is None else scale, new, old, momentum, nesterov)
+                                  1.0 if scale is None else scale, new, old, momentum, nesterov,
+                                  None if zero is None else zero[start:stop])
 
     def count_abs_ge_each(self, x, thresholds):
         return kernels.count_abs_ge_each(x, thresholds)
