@@ -35,6 +35,9 @@ def test_abs_ge_indices_matches_numpy(dtype, start, stop):
     found = TORCH.abs_ge_indices(torch.from_numpy(x), threshold, start, stop)
     assert found.dtype == torch.int64
     assert np.array_equal(found.numpy(), expected)
+    indices, values = TORCH.abs_ge_entries(torch.from_numpy(x), threshold, start, stop)
+    assert np.array_equal(indices.numpy(), expected)
+    assert np.array_equal(values.numpy(), x[expected])
 
 
 def test_bfloat16_uses_the_torch_scan_and_counts():
@@ -42,6 +45,8 @@ def test_bfloat16_uses_the_torch_scan_and_counts():
     threshold = float(x[5].abs())
     expected = torch.nonzero(x.abs() >= threshold).squeeze(1)
     assert torch.equal(TORCH.abs_ge_indices(x, threshold, 3, len(x)), expected[expected >= 3])
+    indices, values = TORCH.abs_ge_entries(x, threshold, 3, len(x))
+    assert torch.equal(indices, expected[expected >= 3]) and torch.equal(values, x[indices])
     rungs = np.sort(x[:40].abs().float().numpy()).astype(np.float64)
     expected_counts = [int((x.abs() >= torch.tensor(r, dtype=torch.bfloat16)).sum()) for r in rungs]
     assert TORCH.count_abs_ge_each(x, rungs).tolist() == expected_counts
@@ -77,3 +82,26 @@ def test_median_rows_matches_numpy(count):
     rows[0][:50] = rows[-1][:50]  # ties across rows
     assert np.array_equal(TORCH.median_rows([torch.from_numpy(r) for r in rows]).numpy(),
                           NUMPY.median_rows(rows))
+
+
+@pytest.mark.parametrize("grad_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_accumulate_slice_zeroes_the_output_and_matches_numpy(grad_dtype, momentum):
+    """The compiled path (float32) and torch's (bfloat16) both form acc, move the
+    velocity and zero ``zero[start:stop]`` only."""
+    rng = np.random.default_rng(6)
+    n, start, stop = 5000, 1000, 3500
+    residual, old = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    grad = torch.from_numpy(rng.standard_normal(stop - start).astype(np.float32)).to(grad_dtype)
+    results = []
+    for ops, wrap in ((NUMPY, np.array), (TORCH, torch.from_numpy)):
+        acc, zero, new = (wrap(np.full(n, 7.0, np.float32)) for _ in range(3))
+        velocity = (new, wrap(old.copy())) if momentum else None
+        g = grad.float().numpy() if ops is NUMPY else grad
+        ops.accumulate_slice(acc, wrap(residual.copy()), g, start, stop, None, velocity,
+                             momentum, False, zero)
+        results.append([np.asarray(t) for t in (acc, zero, new)])
+    for numpy_result, torch_result in zip(*results):
+        assert np.array_equal(numpy_result, torch_result)
+    acc, zero, _ = results[1]
+    assert (zero[start:stop] == 0).all() and (zero[:start] == 7).all() and (zero[stop:] == 7).all()
