@@ -198,3 +198,39 @@ def test_rounds_per_step_are_the_documented_ones():
     for (method, option), rounds in documented.items():
         counted = run_simulated(4, lambda comm: worker(comm, method, option))
         assert counted == [rounds] * 4, (method, option)
+
+
+@pytest.mark.parametrize("method", ["exdyna", "topk", "dgc"])
+def test_gradients_written_into_the_last_output_give_the_same_steps(method):
+    """Under ``zero_grad(set_to_none=False)`` PyTorch writes the next gradient into
+    ``p.grad``, a view of the last output buffer, and hands that in.  Every step
+    must still equal the one given fresh copies -- also after a step that wrote
+    no output (``step_count`` moved on, as a plain dense step of the fallback
+    does) -- so the buffer being zeroed and written is never the one read."""
+    grads = clean_grads(size=2, steps=5)
+    options = {"dense_below": 300}  # a dense part too
+
+    def worker(comm, in_place):
+        exchange = GradientExchange(create(method, density=0.05), NumpyOps(), comm, **options)
+        outputs, last = [], None
+        for step, flat in enumerate(grads[comm.rank]):
+            if step == 2:
+                exchange.step_count += 1
+            split = exchange.split(LAYOUT)
+            if in_place and last is not None:
+                last[...] = 0  # zero_grad(set_to_none=False), then backward
+                for i, (s, e) in enumerate(LAYOUT.bounds):
+                    out_s, out_e = split.output_bounds[i]
+                    last[out_s:out_e] += flat[s:e]
+                views = [last[slice(*split.output_bounds[i])] for i in range(len(LAYOUT.bounds))]
+            else:
+                views = [flat[s:e].copy() for s, e in LAYOUT.bounds]
+            last = exchange.step(views, LAYOUT)
+            outputs.append(np.array(last))
+        return outputs
+
+    fresh = run_simulated(2, lambda comm: worker(comm, False))
+    reused = run_simulated(2, lambda comm: worker(comm, True))
+    for fresh_rank, reused_rank in zip(fresh, reused):
+        for a, b in zip(fresh_rank, reused_rank):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32))

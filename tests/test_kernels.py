@@ -169,3 +169,10 @@ def test_all_finite_is_isfinite_all(dtype, bad):
         x[417] = bad
     assert kernels.all_finite(x) == bool(np.isfinite(x).all())
     assert kernels.all_finite(x.reshape(10, 100)) == bool(np.isfinite(x).all())
+
+
+def test_abs_ge_entries_of_a_strided_vector():
+    x = tie_heavy(20_000, seed=2, kind="cauchy")[::2]
+    indices, values = kernels.abs_ge_entries(x, 1.0, 3, x.size - 3)
+    assert np.array_equal(indices, reference_abs_ge(x, 1.0, 3, x.size - 3))
+    assert np.array_equal(values, x[indices])

@@ -57,7 +57,9 @@ class StepContext:
 
     The context is the sparsifier's only way to the other ranks.  Its first
     collective must be :meth:`exchange_header`; every other collective asked
-    for before it raises ``RuntimeError``.  Collectives are timed and metered
+    for before it raises ``RuntimeError``.  ``aggregate`` is the step's output
+    buffer (``aggregate_zeroed``: already zeroed, by the accumulating pass, so
+    the first :meth:`new_aggregate` need not).  Collectives are timed and metered
     by the communicator; the ``*_values`` and ``*_indices`` forms apply the
     wire formats (values in :attr:`wire_dtype`, indices as int32 unless the
     model has more than ``2**31`` elements).
@@ -277,9 +279,12 @@ class GradientExchange:
         self._split = None
         self.step_count = 0
         self.history = collections.deque(maxlen=history_size)
-        # Two output buffers, alternating: the aggregate a step returns stays
-        # valid through the next step (Horovod makes p.grad a view of it).
-        self._aggregates, self._output_size = [None, None], None
+        # Two output buffers, used in turn by the steps that write one (a plain
+        # dense step does not): the aggregate a step returns stays valid through
+        # the next step, and the gradients it hands in -- p.grad, a view of the
+        # last output under zero_grad(set_to_none=False) -- never lie in the
+        # buffer being written.
+        self._aggregates, self._output_size, self._last_slot = [None, None], None, 1
 
     @property
     def configuration(self):
@@ -483,14 +488,13 @@ class GradientExchange:
             finite = self.feedback.finite
             if finite is None:
                 finite = self.ops.all_finite(acc)
-        if n_sparse < split.layout.n:
-            self.ops.fill_zero(output[n_sparse:])
         if not split.dense:
             self.dense.refuse_pending(split.dense_layout)
             return acc, None, finite
         dense, dense_finite = self.dense.gather([grads[i] for i in split.dense],
                                                 split.dense_layout, like,
                                                 split.held_in(split.dense, held), scale)
+        self.ops.fill_zero(output[n_sparse:])  # after the gradients are read
         return acc, dense, finite and dense_finite
 
     def _clip_scale(self, grads, layout, held):
@@ -508,7 +512,7 @@ class GradientExchange:
     def _output(self, layout, like):
         if self._output_size != layout.n:
             self._aggregates, self._output_size = [None, None], layout.n
-        slot = self.step_count % 2
+        slot = self._last_slot = 1 - self._last_slot
         if self._aggregates[slot] is None:
             self._aggregates[slot] = self.ops.zeros(layout.n, like)
         return self._aggregates[slot]

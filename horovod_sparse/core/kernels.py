@@ -116,8 +116,12 @@ if numba is not None:
     # fastmath only where it is exact: counting comparisons (a sum of 0/1) may be
     # reordered and vectorized; NaN compares false either way.
     _jit_counting = numba.njit(nogil=True, cache=True, fastmath=True)
+    # The hit masks decide which elements are returned: every fast-math flag that
+    # lets the loop vectorize, but not "no NaNs" / "no infs" (NaN compares false).
+    _jit_masks = numba.njit(nogil=True, cache=True,
+                            fastmath={"reassoc", "nsz", "arcp", "contract", "afn"})
 
-    @_jit_counting
+    @_jit_masks
     def _block_masks(rows, first, last, threshold, masks):
         # rows[first:last] passed as bounds: a sliced 2-D argument does not vectorize
         for b in range(first, last):
@@ -335,7 +339,8 @@ def abs_ge_entries(x, threshold, start, stop):
     (int64 indices ascending, and their values), the threshold compared in
     ``x``'s precision."""
     threshold = x.dtype.type(threshold)
-    if numba is None or x.dtype not in _COMPILED_DTYPES or stop - start <= 0:
+    if (numba is None or x.dtype not in _COMPILED_DTYPES or stop - start <= 0
+            or not x.flags.c_contiguous):
         return _numpy_abs_ge_entries(x, threshold, start, stop)
     return _compiled_abs_ge_entries(x, threshold, start, stop)
 
@@ -360,8 +365,9 @@ def accumulate(acc, residual, grad, scale=1.0, velocity_new=None, velocity_old=N
     ``velocity_new = momentum * velocity_old + scale * grad`` and
     ``acc = residual + velocity_new``; Nesterov: ``acc = residual + momentum *
     velocity_new + scale * grad``); return whether every ``acc`` is finite.
-    ``zero`` (optional, float32 of the same length) is set to 0 in the same
-    loop: the step's output buffer, cleared while the pass streams anyway.
+    ``zero`` (optional, of the same length) is set to 0 in the same loop, each
+    element after ``grad``'s (which may be a view of it) is read: the step's
+    output buffer, cleared while the pass streams anyway.
 
     All arrays are float32 slices of one length; each product and sum is
     rounded to float32 (no fused multiply-add), as the numpy expression would.
@@ -369,10 +375,11 @@ def accumulate(acc, residual, grad, scale=1.0, velocity_new=None, velocity_old=N
     compiled = numba is not None and acc.flags.c_contiguous and acc.dtype == np.float32 and (
         grad.dtype == np.float32) and (zero is None or zero.flags.c_contiguous)
     if not compiled:
-        if zero is not None:
+        finite = _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old,
+                                   momentum, nesterov)
+        if zero is not None:  # last: the gradient may be a view of it
             zero.fill(0)
-        return _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old, momentum,
-                                 nesterov)
+        return finite
     scale = np.float32(scale)
     if velocity_new is None:
         return _compiled_accumulate(acc, residual, grad, scale, zero)

@@ -190,8 +190,6 @@ class ArrayOps(abc.ABC):
         (the step's output; in the same pass where the backend can).
         Returns whether the slice of ``acc`` is all finite, or ``None`` where the
         backend does not check in the same pass."""
-        if zero is not None:
-            self.fill_zero(zero[start:stop])
         if scale is not None:
             grad = self.multiply(grad, scale)
         if velocity is not None:
@@ -203,6 +201,8 @@ class ArrayOps(abc.ABC):
             else:
                 grad = new[start:stop]
         self.add_slice(acc, residual, grad, start, stop)
+        if zero is not None:  # last: the gradient may be a view of it
+            self.fill_zero(zero[start:stop])
         return None
 
     def keep_rounding_error(self, x, indices, dtype):
