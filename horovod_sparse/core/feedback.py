@@ -122,8 +122,9 @@ class ErrorFeedback:
         self.finite = True
         for i, (grad, (start, stop)) in enumerate(zip(grads, layout.bounds)):
             if i in held:
-                for buffer in (acc,) if zero is None else (acc, zero):
-                    ops.fill_zero(buffer[start:stop])
+                ops.fill_zero(acc[start:stop])
+                if zero is not None:
+                    ops.fill_zero(zero[start:stop])
                 continue
             finite = ops.accumulate_slice(acc, self.residual, grad, start, stop, scale, velocity,
                                           self.momentum, self.nesterov, zero)

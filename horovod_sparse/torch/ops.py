@@ -52,16 +52,16 @@ class TorchOps(ArrayOps):
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
                          momentum=0.0, nesterov=False, zero=None):
-        tensors = (acc, residual, grad, *(() if zero is None else (zero,)), *(velocity or ()))
-        views = [_host_view(t) for t in tensors]
+        velocities = tuple(velocity or ())
+        zeroed = () if zero is None else (zero,)
+        views = [_host_view(t) for t in (acc, residual, grad, *velocities, *zeroed)]
         if grad.dtype != torch.float32 or any(view is None for view in views):
             return super().accumulate_slice(acc, residual, grad, start, stop, scale, velocity,
                                             momentum, nesterov, zero)
-        if zero is not None:
-            zero = views.pop(3)
-        velocity = None if velocity is None else views[3:]
-        return _NUMPY.accumulate_slice(views[0], views[1], views[2], start, stop, scale, velocity,
-                                       momentum, nesterov, zero)
+        host_velocity = views[3:3 + len(velocities)] or None
+        host_zero = views[-1] if zeroed else None
+        return _NUMPY.accumulate_slice(views[0], views[1], views[2], start, stop, scale,
+                                       host_velocity, momentum, nesterov, host_zero)
 
     def all_finite(self, x):
         # A finite sum means every element is finite; only an overflowing sum needs the full check.
