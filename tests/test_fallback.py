@@ -144,7 +144,8 @@ def test_ranks_must_agree_on_the_fallback():
 def whole_step(exchange, comm, flat, held=()):
     """A dense step the way the PyTorch adapter runs it, with the simulated ranks'
     allreduce standing in for Horovod's: gradient by gradient, averaged in place
-    (a plain step, with nothing to add, sends the gradients themselves)."""
+    (a plain step, with nothing to add, sends the gradients themselves, and the
+    exchange applies a shared velocity to each result)."""
     exchange.begin_step()
     whole = exchange.begin_whole_step(LAYOUT, held, flat)
     bounds = exchange.split(LAYOUT).output_bounds
@@ -154,10 +155,13 @@ def whole_step(exchange, comm, flat, held=()):
     for view, (low, high) in zip(sent, bounds):
         wire[low:high] = view
     averaged = comm.allreduce_sum(wire) / comm.size
-    for view, (low, high) in zip(sent, bounds):
+    for i, (view, (low, high)) in enumerate(zip(sent, bounds)):
         view[:] = averaged[low:high]
+        if not whole:
+            exchange.plain_gradient(i, view)
+            averaged[low:high] = view
     exchange.end_whole_step(None if whole else bool(np.isfinite(averaged).all()))
-    return np.array(averaged)
+    return np.array(averaged), not whole
 
 
 @pytest.mark.parametrize("method,hyperparameters,options", [
@@ -176,7 +180,7 @@ def test_whole_steps_equal_dense_steps_in_the_exchange(method, hyperparameters, 
         outputs = []
         for flat in (step[comm.rank] for step in grads):
             if whole and exchange.begin_step() == "dense":
-                outputs.append(whole_step(exchange, comm, flat))
+                outputs.append(whole_step(exchange, comm, flat)[0])
             else:
                 outputs.append(np.array(exchange.step([flat[s:e] for s, e in LAYOUT.bounds],
                                                       LAYOUT)))
@@ -184,11 +188,59 @@ def test_whole_steps_equal_dense_steps_in_the_exchange(method, hyperparameters, 
     inside = run_simulated(size, lambda comm: worker(comm, False))
     framework = run_simulated(size, lambda comm: worker(comm, True))
     for (out_a, state_a), (out_b, state_b) in zip(inside, framework):
+        # (a plain step under momentum rounds m U + mean(g), the whole one mean(m u_r + g_r))
         for a, b in zip(out_a, out_b):
-            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
         for group in ("residuals", "velocities", "dense_velocities"):
             for name, value in state_a.get(group, {}).items():
-                np.testing.assert_allclose(state_b[group][name], value, rtol=1e-6, atol=1e-7)
+                np.testing.assert_allclose(state_b[group][name], value, rtol=1e-6, atol=1e-6)
+
+
+def velocity_in_output_order(exchange):
+    """Every gradient's velocity (sparsified and dense part) as one vector laid out
+    like the step's output."""
+    state = exchange.state_dict(LAYOUT)
+    saved = {**state["velocities"], **state.get("dense_velocities", {})}
+    out = np.zeros(LAYOUT.n, dtype=np.float32)
+    for name, (low, high) in zip(LAYOUT.names, exchange.split(LAYOUT).output_bounds):
+        out[low:high] = saved[name]
+    return out
+
+
+@pytest.mark.parametrize("options", [{}, {"dense_below": 32}])
+def test_dense_steps_under_momentum_share_the_ranks_mean_velocity(options):
+    """A dense step that starts with an empty residual sends the velocities alone; every
+    rank adopts their mean ``U`` (the step's output), and later dense steps send the
+    gradients as they are and apply ``U = m U + mean(g)`` to the results."""
+    size, pattern, momentum = 3, "sDDDDs", 0.9
+    grads = stream(6, len(pattern), size)
+
+    def worker(comm):
+        exchange = GradientExchange(create("dgc", density=0.05, momentum=momentum), NumpyOps(),
+                                    comm, fallback="auto", **options)
+        exchange.fallback = FixedSchedule(pattern)
+        steps = []
+        for flat in (step[comm.rank] for step in grads):
+            if exchange.begin_step() == "dense":
+                output, plain = whole_step(exchange, comm, flat)
+            else:
+                output, plain = exchange.step([flat[s:e] for s, e in LAYOUT.bounds], LAYOUT), None
+            steps.append((np.array(output), plain, velocity_in_output_order(exchange)))
+        return steps, exchange.split(LAYOUT).output_bounds
+    ranks, bounds = zip(*run_simulated(size, worker))
+    assert [plain for _, plain, _ in ranks[0]] == [None, False, False, True, True, None]
+    for t in (2, 3, 4):  # after the second dense step every rank holds U = the output
+        output, _, _ = ranks[0][t]
+        for rank in ranks:
+            np.testing.assert_array_equal(rank[t][0], output)
+            np.testing.assert_array_equal(rank[t][2], output)
+    for t in (3, 4):  # U = m U + mean(g), g laid out like the output
+        mean = np.mean([grads[t][r] for r in range(size)], axis=0, dtype=np.float64)
+        expected = np.zeros(LAYOUT.n)
+        for (low, high), (start, stop) in zip(bounds[0], LAYOUT.bounds):
+            expected[low:high] = momentum * ranks[0][t - 1][0][low:high] + mean[start:stop]
+        np.testing.assert_allclose(ranks[0][t][0], expected, rtol=1e-5, atol=1e-6)
+    assert all(np.isfinite(rank[5][0]).all() for rank in ranks)
 
 
 @pytest.mark.parametrize("policy", ["raise", "skip", "propagate"])
@@ -216,6 +268,30 @@ def test_a_non_finite_whole_step_leaves_the_state_as_it_was(policy):
         assert steps == (1 if policy == "raise" else 2)
         for name, value in before["residuals"].items():
             np.testing.assert_array_equal(after["residuals"][name], value)
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip"])
+def test_a_non_finite_plain_step_under_momentum_keeps_the_velocity(policy):
+    grads = stream(4, 4, 2)
+
+    def worker(comm):
+        exchange = GradientExchange(create("dgc", density=0.05), NumpyOps(), comm,
+                                    nonfinite=policy, fallback="auto")
+        exchange.fallback = FixedSchedule("sDDD")
+        exchange.step([grads[0][comm.rank][s:e] for s, e in LAYOUT.bounds], LAYOUT)
+        for t in (1, 2):
+            whole_step(exchange, comm, grads[t][comm.rank])
+        before = velocity_in_output_order(exchange)
+        bad = grads[3][comm.rank].copy()
+        bad[3] = np.nan
+        try:
+            _, plain = whole_step(exchange, comm, bad)
+        except Exception as error:  # noqa: BLE001 - the test looks at it
+            return before, velocity_in_output_order(exchange), type(error).__name__
+        return before, velocity_in_output_order(exchange), plain
+    for before, after, outcome in run_simulated(2, worker):
+        assert outcome == ("NonFiniteGradientError" if policy == "raise" else True)
+        np.testing.assert_array_equal(after, before)
 
 
 def test_plain_steps_only_where_every_gradient_travels_in_its_own_dtype():

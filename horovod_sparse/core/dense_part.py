@@ -104,6 +104,11 @@ class DensePart:
             self.whole_slice(out, grad, start, stop)
         return out, ops.all_finite(out)
 
+    @property
+    def velocity_buffer(self):
+        """The velocity's :class:`~horovod_sparse.core.feedback.Buffer`."""
+        return self._velocity
+
     def begin_whole(self, layout, held, like):
         """A step whose dense gradients are sent one by one (:meth:`whole_slice`)."""
         self._held_bounds = tuple(layout.bounds[i] for i in held)

@@ -272,7 +272,8 @@ class GradientExchange:
         self._started = None  # when the last step started (fallback="auto" times periods)
         self._begun = None    # the step_count begin_step last started
         self._whole = None    # the dense step in flight, while the framework allreduces it
-        self._flushed = False  # the residual is known to be empty (after a whole step)
+        self._flushed = False  # the residual is known to be empty (after a dense step)
+        self._shared = False   # the velocities are the ranks' mean (see begin_plain_step)
         self._plain_layout = (None, False)  # (layout, whether it travels in its own dtypes)
         self.feedback = ErrorFeedback(ops, sparsifier.momentum, sparsifier.nesterov)
         self.dense = DensePart(ops, sparsifier.momentum, sparsifier.nesterov)
@@ -321,7 +322,7 @@ class GradientExchange:
         (copy it to keep it longer).
         """
         kind = self.begin_step()
-        self._flushed = False
+        emptied, self._flushed, self._shared = self._flushed, False, False
         split = self.split(layout)
         sparse = split.sparse_layout
         self.comm.reset_traffic()
@@ -357,6 +358,8 @@ class GradientExchange:
             if sparse.n:
                 self.feedback.commit()
             self.dense.commit()
+            if kind == "dense" and wire_dtype(layout) == "float32":
+                self._dense_step_done(split, aggregate, held, emptied)
         traffic = self.comm.traffic.totals()
         metrics.dense = 0 if metrics.skipped else layout.n - sparse.n
         metrics.elements_sent = traffic["elements_sent"]
@@ -399,24 +402,32 @@ class GradientExchange:
         after an earlier whole step and no velocity moves: the framework then
         sends the gradients as they are (a plain dense step) and
         :meth:`whole_gradient` is not called."""
-        if self.begin_plain_step(layout):
+        if self.begin_plain_step(layout, held, like):
             return False
         split = self.split(layout)
         aggregate = self._output(layout, like)
         self.ops.fill_zero(aggregate)
-        self.feedback.begin_whole(split.sparse_layout, split.held_in(split.sparse, held), like)
-        self.dense.begin_whole(split.dense_layout, split.held_in(split.dense, held), like)
-        self._whole = (split, aggregate, frozenset(held))
+        self._begin_velocities(split, held, like)
+        self._whole = (split, aggregate, frozenset(held), self._flushed)
         return True
 
-    def begin_plain_step(self, layout):
+    def begin_plain_step(self, layout, held=(), like=None):
         """Start a *plain* dense step if there is nothing to add to the gradients
-        (the residual is empty after an earlier whole step, no velocity moves, and
-        every gradient's dtype is the wire dtype): the framework sends them as
-        they are, and :meth:`end_whole_step` ends the step.  Returns whether it
-        started one; a held gradient sends what the framework hands it, as
-        ``hvd.Compression.none`` would."""
-        if not self._flushed or self.sparsifier.momentum:
+        (the residual is empty after an earlier dense step, every gradient's dtype
+        is the wire dtype, and no velocity moves or the velocities are shared):
+        the framework sends them as they are, and :meth:`end_whole_step` ends the
+        step.  Returns whether it started one; a held gradient sends what the
+        framework hands it, as ``hvd.Compression.none`` would.
+
+        Under momentum correction (averaged, without Nesterov) a dense step that
+        starts with an empty residual sends the velocities ``u_r = m u_r + g_r``
+        alone, so its aggregate is their mean ``U``, and every rank adopts it
+        (:meth:`_dense_step_done`).  From then on ``U = m U + mean(g)``: the
+        gradients travel as they are and :meth:`plain_gradient` applies the
+        momentum to each result -- momentum SGD, as Horovod's dense users run it.
+        A sparse step resumes with every rank's velocity at ``U``: their mean,
+        all the aggregate sees, is unchanged."""
+        if not self._flushed or (self.sparsifier.momentum and not self._shared):
             return False
         if self._plain_layout[0] is not layout:  # bfloat16, mixed float16: whole steps
             wire = wire_dtype(layout)
@@ -424,15 +435,59 @@ class GradientExchange:
                                               for dtype in layout.dtypes))
         if not self._plain_layout[1]:
             return False
-        self._whole = (self.split(layout), None, frozenset())
+        split = self.split(layout)
+        if self.sparsifier.momentum:
+            self._begin_velocities(split, held, like)
+        self._whole = (split, None, frozenset(held), True)
         return True
+
+    def _begin_velocities(self, split, held, like):
+        self.feedback.begin_whole(split.sparse_layout, split.held_in(split.sparse, held), like)
+        self.dense.begin_whole(split.dense_layout, split.held_in(split.dense, held), like)
+
+    @property
+    def _velocities_shareable(self):
+        """Whether a dense step's aggregate can be the ranks' velocity (see
+        :meth:`begin_plain_step`): momentum correction, averaged, without Nesterov."""
+        return (bool(self.sparsifier.momentum) and not self.sparsifier.nesterov
+                and self.reduction == "average")
+
+    def _velocity_at(self, split, start):
+        """``(velocity buffer, offset)`` of the gradient at ``start`` of the output."""
+        n_sparse = split.sparse_layout.n
+        if start < n_sparse:
+            return self.feedback.velocity_buffer, 0
+        return self.dense.velocity_buffer, n_sparse
+
+    def _dense_step_done(self, split, aggregate, held, emptied):
+        """A dense step went through: the residual is empty.  If it was empty at the
+        step's start and the velocities are shareable, ``aggregate`` is the ranks'
+        mean velocity: every rank adopts it (a held gradient keeps its own)."""
+        self._flushed = True
+        if not (emptied and self._velocities_shareable and wire_dtype(split.layout) == "float32"):
+            return
+        for position, (start, stop) in enumerate(split.output_bounds):
+            if position not in held:
+                velocity, offset = self._velocity_at(split, start)
+                velocity.adopt(self.ops, aggregate[offset:], start - offset, stop - offset)
+        self._shared = True
+
+    def plain_gradient(self, position, result):
+        """A plain step's averaged gradient ``position`` (flat, in place): with shared
+        velocities ``U = m U + result`` and ``result = U`` (:meth:`begin_plain_step`)."""
+        split, _, held, _ = self._whole
+        if self.sparsifier.momentum and position not in held:
+            start, stop = split.output_bounds[position]
+            velocity, offset = self._velocity_at(split, start)
+            velocity.momentum_step(self.ops, self.sparsifier.momentum, result, start - offset,
+                                   stop - offset)
 
     def whole_gradient(self, position, grad):
         """Write what gradient ``position`` of the layout sends in a whole step -- the
         gradient plus its residual (with momentum correction: the new velocity plus
         the residual; Nesterov: ``m u + g`` plus the residual) -- into the step's
         output buffer, and return that slice; the framework allreduces it in place."""
-        split, aggregate, held = self._whole
+        split, aggregate, held, _ = self._whole
         start, stop = split.output_bounds[position]
         if position not in held:
             n_sparse = split.sparse_layout.n
@@ -447,10 +502,11 @@ class GradientExchange:
         """After the framework's allreduce of every gradient (in place, in the output
         buffer; ``finite``: whether the results are, for a plain dense step).  A
         finite result -- the same on every rank: it is a sum -- empties the
-        residual and keeps the new velocities; otherwise the non-finite policy
+        residual and keeps the new velocities (a plain step's: ``U``, see
+        :meth:`begin_plain_step`); otherwise the non-finite policy
         applies as in :meth:`step` (``"skip"`` zeroes the output buffer; the
         framework zeroes a plain step's results) and the state stays as before."""
-        split, aggregate, _ = self._whole
+        split, aggregate, held, emptied = self._whole
         self._whole = None
         if aggregate is not None:
             finite = self.ops.all_finite(aggregate)
@@ -463,11 +519,14 @@ class GradientExchange:
             metrics.skipped, metrics.nnz, metrics.dense = True, 0, 0
             if self.nonfinite == "skip" and aggregate is not None:
                 self.ops.fill_zero(aggregate)
-        elif aggregate is not None:  # (a plain dense step leaves the empty residual empty)
+        elif aggregate is not None:
             self.feedback.flush()
             self.feedback.commit()
             self.dense.commit()
-            self._flushed = True
+            self._dense_step_done(split, aggregate, held, emptied)
+        elif self.sparsifier.momentum:  # a plain step: the residual stays empty
+            self.feedback.commit(residual=False)
+            self.dense.commit()
         metrics.elements_sent = metrics.elements_received = split.layout.n
         metrics.bytes_sent = metrics.bytes_received = 4 * split.layout.n
         self.history.append(metrics)
@@ -527,7 +586,7 @@ class GradientExchange:
                 "sparsifier": self.sparsifier.state_dict()}
 
     def load_state_dict(self, state):
-        self._flushed = False
+        self._flushed = self._shared = False
         self.step_count = int(state["step"])
         self.feedback.load_state_dict(state)
         self.dense.load_state_dict(state)

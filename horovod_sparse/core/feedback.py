@@ -47,6 +47,17 @@ class Buffer:
     def swap(self):
         self.spare, self.current = self.current, self.spare
 
+    def momentum_step(self, ops, momentum, result, start, stop):
+        """Momentum SGD on an averaged gradient ``result`` (a velocity): ``u = m u +
+        result`` over ``[start, stop)`` into the spare (committed by a swap), and
+        ``result = u`` in place."""
+        ops.scale_add_slice(self.spare, self.current, momentum, result, start, stop)
+        ops.add_slice(result, self.spare[start:stop], 0.0, 0, stop - start)
+
+    def adopt(self, ops, values, start, stop):
+        """``current[start:stop] = values[start:stop]``."""
+        ops.add_slice(self.current, values, 0.0, start, stop)
+
     def state_dict(self, ops, layout):
         if self.current is None or layout is None:
             return dict(self.pending)
@@ -96,6 +107,11 @@ class ErrorFeedback:
     def velocity(self):
         """``u`` of momentum correction (``None`` without momentum)."""
         return self._velocity.current if self.momentum else None
+
+    @property
+    def velocity_buffer(self):
+        """The velocity's :class:`Buffer` (current and spare)."""
+        return self._velocity
 
     def accumulate(self, grads, layout, scale=None, held=(), like=None, zero=None):
         """Return ``acc = residual + grads`` (``residual + u`` with momentum, ``residual
@@ -169,10 +185,12 @@ class ErrorFeedback:
             self.ops.keep_rounding_error(spare, self.ops.arange(0, spare.shape[0], spare),
                                          wire_dtype)
 
-    def commit(self):
+    def commit(self, residual=True):
         """Make the accumulated buffers (after :meth:`clear`) the new residual and
-        velocity; held gradients keep their old ones."""
-        buffers = (self._residual, self._velocity) if self.momentum else (self._residual,)
+        velocity (``residual=False``: the velocity only); held gradients keep their
+        old ones."""
+        buffers = ((self._residual,) if residual else ()) + ((self._velocity,) if self.momentum
+                                                             else ())
         for buffer in buffers:
             for start, stop in self._held:  # spare[start:stop] = current[start:stop]
                 self.ops.add_slice(buffer.spare, buffer.current, 0.0, start, stop)

@@ -75,7 +75,12 @@ class _Slot:
         self.index = index
 
 
-_PLAIN = _Slot(None)  # the context of every gradient of a plain dense step
+class _Plain(_Slot):
+    """A gradient of a plain dense step; ``index``: its position in the layout where
+    the exchange applies momentum to the result (else ``None``)."""
+
+
+_PLAIN = _Plain(None)
 
 
 class SparseCompressor(WholeModelCompressor):
@@ -138,6 +143,9 @@ class SparseCompressor(WholeModelCompressor):
         if self._whole == "plain":  # a dense step with nothing to add: the gradient itself
             self._recorded.append(tensor)
             return tensor, _PLAIN
+        if self._whole == "momentum":  # the same, momentum applied to the result
+            self._recorded.append(tensor)
+            return tensor, _Plain(self._whole_index[1][self._identify(tensor).name])
         gradient = self._identify(tensor)
         self._recorded.append(gradient)
         slot = _Slot(len(self._recorded) - 1)
@@ -149,8 +157,8 @@ class SparseCompressor(WholeModelCompressor):
     def decompress(self, tensor, ctx):
         if ctx is None:
             return tensor
-        if ctx is _PLAIN:
-            return self._plain_result(tensor)
+        if type(ctx) is _Plain:
+            return self._plain_result(tensor, ctx.index)
         if self._whole:
             return self._whole_result(tensor, ctx)
         if self._outcome is None:
@@ -180,7 +188,9 @@ class SparseCompressor(WholeModelCompressor):
         allreduce carries, each as the backward pass produces it (then begin it):
         ``"whole"`` (each sends gradient plus residual, written by the exchange),
         ``"plain"`` (the residual is empty and no velocity moves: each sends itself,
-        as ``hvd.Compression.none`` does) or ``None`` (a step of the exchange)."""
+        as ``hvd.Compression.none`` does), ``"momentum"`` (the same, the ranks
+        sharing one velocity: ``GradientExchange.begin_plain_step``) or ``None``
+        (a step of the exchange)."""
         if self.layout is None or self._optimizer is None:
             return None  # the exchange begins the step itself
         exchange = self.gradient_exchange
@@ -188,7 +198,7 @@ class SparseCompressor(WholeModelCompressor):
             return None  # local clipping needs the whole gradient: DenseStep in the exchange
         self.guard()
         self._whole_results, self._plain_finite = [], True
-        if exchange.begin_plain_step(self.layout):
+        if not self.owns_momentum and exchange.begin_plain_step(self.layout):
             return "plain"
         if self._whole_index[0] is not self.layout:  # once per layout
             self._whole_index = (self.layout,
@@ -197,6 +207,8 @@ class SparseCompressor(WholeModelCompressor):
         held = tuple(index[name] for name, p in self._parameters
                      if name in index and not p.requires_grad)
         like = next(p for _, p in self._parameters if p.is_floating_point())
+        if self.owns_momentum and exchange.begin_plain_step(self.layout, held, like):
+            return "momentum"
         exchange.begin_whole_step(self.layout, held, like)
         return "whole"
 
@@ -216,10 +228,16 @@ class SparseCompressor(WholeModelCompressor):
             self._end_whole_step(finite=None)  # the exchange checks its output buffer
         return result
 
-    def _plain_result(self, tensor):
-        """Horovod's allreduce of a gradient as it is (in place); the last one ends the
+    def _plain_result(self, tensor, position):
+        """Horovod's allreduce of a gradient as it is (in place; at a layout
+        ``position``, the exchange applies momentum to it); the last one ends the
         step.  Kept to a list append: on a small model a few hundred microseconds a
         step cost a whole Horovod cycle (``HOROVOD_CYCLE_TIME``)."""
+        if position is not None:
+            flat = tensor.reshape(-1)
+            self.gradient_exchange.plain_gradient(position, flat)
+            if flat.data_ptr() != tensor.data_ptr():  # a strided gradient: reshape copied
+                tensor.copy_(flat.view(tensor.shape))
         results = self._whole_results
         results.append(tensor)
         self._plain_finite = self._plain_finite and self.gradient_exchange.ops.all_finite(tensor)

@@ -441,10 +441,11 @@ def slips():
 
 
 # -- 10. fallback="auto": its dense steps through Horovod's own allreduce -----------
-def _train_with_fallback(in_exchange, nan_at=None, steps=8):
+def _train_with_fallback(in_exchange, nan_at=None, steps=8, method="exdyna",
+                         pattern="ssDDsD"):
     torch.manual_seed(3)
     model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
-    compression = hs.Compression.exdyna(density=0.05, fallback="auto")
+    compression = hs.Compression.create(method, density=0.05, fallback="auto")
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                          compression=compression)
     if in_exchange:  # what TensorFlow and locally clipped methods do
@@ -463,7 +464,7 @@ def _train_with_fallback(in_exchange, nan_at=None, steps=8):
         except NonFiniteGradientError as error:
             raised, after = type(error).__name__, compression.state_dict()
         if step == 0:
-            compression.gradient_exchange.fallback = FixedSchedule("ssDDsD", step=1)
+            compression.gradient_exchange.fallback = FixedSchedule(pattern, step=1)
         residuals = compression.state_dict()["residuals"]
         if compression.metrics().extra.get("fallback") and step != nan_at:
             flushed.append(all(not np.any(r) for r in residuals.values()))
@@ -477,6 +478,13 @@ def fallback():
     _, recovered, _, raised, (before, after) = _train_with_fallback(False, nan_at=2, steps=4)
     _, plain, _, raised_plain, (before_plain, after_plain) = _train_with_fallback(
         False, nan_at=3, steps=5)  # step 3: a plain dense step (nothing left to add)
+    # DGC's momentum correction: from the second dense step on, one shared velocity
+    # (steps 3-5 plain: Horovod allreduces the gradients, momentum applied to the results)
+    dgc = {in_exchange: _train_with_fallback(in_exchange, steps=6, method="dgc", pattern="D")
+           for in_exchange in (False, True)}
+    dgc_kinds = "".join("D" if m.extra.get("fallback") else "s" for m in dgc[False][1].history)
+    dgc_velocities = dgc[False][1].state_dict()["velocities"]
+    ranks_velocities = hvd.allgather_object(dgc_velocities)
     return {
         "pattern": check(kinds == "ssDDsDss", kinds),
         "dense steps flush the residual": check(flushed and all(flushed) and all(flushed_inside),
@@ -491,6 +499,15 @@ def fallback():
                             "state changed"),
         "the next step goes on": check(recovered.gradient_exchange.step_count == 3,
                                        recovered.gradient_exchange.step_count),
+        "DGC: Horovod's allreduce = the exchange's dense step": check(
+            dgc_kinds == "sDDDDD" and all(
+                torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+                for a, b in zip(dgc[False][0].parameters(), dgc[True][0].parameters())),
+            dgc_kinds),
+        "DGC: ranks identical, velocities too": check(
+            same_on_all_ranks(dgc[False][0]) and all(
+                np.array_equal(v, ranks_velocities[0][name])
+                for name, v in dgc_velocities.items()), "ranks differ"),
         "NaN in a plain dense step too": check(
             raised_plain == "NonFiniteGradientError" and after_plain["step"] == before_plain["step"]
             and plain.gradient_exchange.step_count == 4, (raised_plain, after_plain["step"])),
