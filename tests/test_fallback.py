@@ -164,13 +164,18 @@ def whole_step(exchange, comm, flat, held=()):
     return np.array(averaged), not whole
 
 
-@pytest.mark.parametrize("method,hyperparameters,options", [
-    ("exdyna", {}, {}), ("dgc", {}, {}), ("topk", {}, {"dense_below": 32}),
-    ("dgc", {"variant": "paper", "nesterov": True}, {})])
-def test_whole_steps_equal_dense_steps_in_the_exchange(method, hyperparameters, options):
+@pytest.mark.parametrize("method,hyperparameters,options,pattern", [
+    ("exdyna", {}, {}, "ssDDDsD"), ("topk", {}, {"dense_below": 32}, "ssDDDsD"),
+    ("dgc", {"variant": "paper", "nesterov": True}, {}, "ssDDDsD"),
+    ("dgc", {}, {}, "ssDDD"), ("dgc", {}, {"dense_below": 32}, "ssDDD")])
+def test_whole_steps_equal_dense_steps_in_the_exchange(method, hyperparameters, options,
+                                                       pattern):
     """The framework's allreduce of each gradient (PyTorch's path) gives what the
-    exchange's own dense step gives, and leaves the same residual and velocity."""
-    size, pattern = 2, "ssDDDsD"  # the second and third D: plain steps (residual empty)
+    exchange's own dense step gives, and leaves the same residual and the same
+    velocity (under DGC's shared velocity: the same mean over the ranks; a
+    sparse step after it then selects from other per-rank velocities, so the
+    pattern ends there).  The second and third D: plain steps (residual empty)."""
+    size = 2
     grads = stream(9, len(pattern), size)
 
     def worker(comm, whole):
@@ -191,9 +196,13 @@ def test_whole_steps_equal_dense_steps_in_the_exchange(method, hyperparameters, 
         # (a plain step under momentum rounds m U + mean(g), the whole one mean(m u_r + g_r))
         for a, b in zip(out_a, out_b):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
-        for group in ("residuals", "velocities", "dense_velocities"):
-            for name, value in state_a.get(group, {}).items():
-                np.testing.assert_allclose(state_b[group][name], value, rtol=1e-6, atol=1e-6)
+        for name, value in state_a["residuals"].items():
+            np.testing.assert_allclose(state_b["residuals"][name], value, rtol=1e-6, atol=1e-6)
+    for group in ("velocities", "dense_velocities"):  # the framework's ranks share their mean
+        for name in inside[0][1].get(group, {}):
+            def mean(ranks):
+                return np.mean([state[group][name] for _, state in ranks], axis=0)
+            np.testing.assert_allclose(mean(framework), mean(inside), rtol=1e-6, atol=1e-6)
 
 
 def velocity_in_output_order(exchange):
@@ -268,6 +277,23 @@ def test_a_non_finite_whole_step_leaves_the_state_as_it_was(policy):
         assert steps == (1 if policy == "raise" else 2)
         for name, value in before["residuals"].items():
             np.testing.assert_array_equal(after["residuals"][name], value)
+
+
+def test_a_frozen_gradient_delays_the_shared_velocity():
+    """A gradient held in the first dense step keeps its residual there, so the second
+    does not adopt the mean velocity (it would carry that residual on in ``U``):
+    the third does, and the fourth goes plain."""
+    grads = stream(7, 5, 2)
+
+    def worker(comm):
+        exchange = GradientExchange(create("dgc", density=0.05), NumpyOps(), comm,
+                                    fallback="auto")
+        exchange.fallback = FixedSchedule("sDDDDD")
+        exchange.step([grads[0][comm.rank][s:e] for s, e in LAYOUT.bounds], LAYOUT)
+        return [whole_step(exchange, comm, grads[t][comm.rank], held=(0,) if t == 1 else ())[1]
+                for t in range(1, 5)]
+    for plain in run_simulated(2, worker):
+        assert plain == [False, False, False, True]
 
 
 @pytest.mark.parametrize("policy", ["raise", "skip"])

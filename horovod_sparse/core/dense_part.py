@@ -92,6 +92,7 @@ class DensePart:
             self._out, self._out_size = ops.zeros(layout.n, like), layout.n
         out = self._out
         ops.fill_zero(out)
+        self._held_bounds = ()  # (held here: copied below, not at the commit)
         if self.momentum:
             self._velocity.ensure(ops, layout, like)
             new, old = self._velocity.spare, self._velocity.current

@@ -272,7 +272,8 @@ class GradientExchange:
         self._started = None  # when the last step started (fallback="auto" times periods)
         self._begun = None    # the step_count begin_step last started
         self._whole = None    # the dense step in flight, while the framework allreduces it
-        self._flushed = False  # the residual is known to be empty (after a dense step)
+        self._flushed = False  # the residual is known to be empty (after a dense step) ...
+        self._emptied = False  # ... every gradient's (none was held in that step)
         self._shared = False   # the velocities are the ranks' mean (see begin_plain_step)
         self._plain_layout = (None, False)  # (layout, whether it travels in its own dtypes)
         self.feedback = ErrorFeedback(ops, sparsifier.momentum, sparsifier.nesterov)
@@ -322,7 +323,7 @@ class GradientExchange:
         (copy it to keep it longer).
         """
         kind = self.begin_step()
-        emptied, self._flushed, self._shared = self._flushed, False, False
+        self._flushed = self._emptied = self._shared = False
         split = self.split(layout)
         sparse = split.sparse_layout
         self.comm.reset_traffic()
@@ -359,7 +360,7 @@ class GradientExchange:
                 self.feedback.commit()
             self.dense.commit()
             if kind == "dense" and wire_dtype(layout) == "float32":
-                self._dense_step_done(split, aggregate, held, emptied)
+                self._flushed, self._emptied = True, not held
         traffic = self.comm.traffic.totals()
         metrics.dense = 0 if metrics.skipped else layout.n - sparse.n
         metrics.elements_sent = traffic["elements_sent"]
@@ -408,7 +409,7 @@ class GradientExchange:
         aggregate = self._output(layout, like)
         self.ops.fill_zero(aggregate)
         self._begin_velocities(split, held, like)
-        self._whole = (split, aggregate, frozenset(held), self._flushed)
+        self._whole = (split, aggregate, frozenset(held), self._emptied)
         return True
 
     def begin_plain_step(self, layout, held=(), like=None):
@@ -419,10 +420,10 @@ class GradientExchange:
         step.  Returns whether it started one; a held gradient sends what the
         framework hands it, as ``hvd.Compression.none`` would.
 
-        Under momentum correction (averaged, without Nesterov) a dense step that
+        Under momentum correction (averaged, without Nesterov) a whole step that
         starts with an empty residual sends the velocities ``u_r = m u_r + g_r``
         alone, so its aggregate is their mean ``U``, and every rank adopts it
-        (:meth:`_dense_step_done`).  From then on ``U = m U + mean(g)``: the
+        (:meth:`_whole_step_done`).  From then on ``U = m U + mean(g)``: the
         gradients travel as they are and :meth:`plain_gradient` applies the
         momentum to each result -- momentum SGD, as Horovod's dense users run it.
         A sparse step resumes with every rank's velocity at ``U``: their mean,
@@ -459,17 +460,22 @@ class GradientExchange:
             return self.feedback.velocity_buffer, 0
         return self.dense.velocity_buffer, n_sparse
 
-    def _dense_step_done(self, split, aggregate, held, emptied):
-        """A dense step went through: the residual is empty.  If it was empty at the
-        step's start and the velocities are shareable, ``aggregate`` is the ranks'
-        mean velocity: every rank adopts it (a held gradient keeps its own)."""
-        self._flushed = True
-        if not (emptied and self._velocities_shareable and wire_dtype(split.layout) == "float32"):
+    def _whole_step_done(self, split, aggregate, held, emptied):
+        """A whole step went through (its ``aggregate`` finite): the residual is empty,
+        but a held gradient's.  If every gradient's was empty at the step's start,
+        none is held and the velocities are shareable, ``aggregate`` is the ranks'
+        mean velocity: every rank adopts it.  (A held gradient keeps its own residual
+        and velocity, which differ between the ranks: no sharing then.  ``held``
+        is the frozen parameters, alike on every rank; the exchange's own dense
+        step never shares, as TensorFlow's held variables -- no gradient this step
+        -- may differ between the ranks.)"""
+        self._flushed, self._emptied = True, not held
+        if not (emptied and not held and self._velocities_shareable
+                and wire_dtype(split.layout) == "float32"):
             return
-        for position, (start, stop) in enumerate(split.output_bounds):
-            if position not in held:
-                velocity, offset = self._velocity_at(split, start)
-                velocity.adopt(self.ops, aggregate[offset:], start - offset, stop - offset)
+        for start, stop in split.output_bounds:
+            velocity, offset = self._velocity_at(split, start)
+            velocity.adopt(self.ops, aggregate[offset:], start - offset, stop - offset)
         self._shared = True
 
     def plain_gradient(self, position, result):
@@ -523,7 +529,7 @@ class GradientExchange:
             self.feedback.flush()
             self.feedback.commit()
             self.dense.commit()
-            self._dense_step_done(split, aggregate, held, emptied)
+            self._whole_step_done(split, aggregate, held, emptied)
         elif self.sparsifier.momentum:  # a plain step: the residual stays empty
             self.feedback.commit(residual=False)
             self.dense.commit()
@@ -586,7 +592,7 @@ class GradientExchange:
                 "sparsifier": self.sparsifier.state_dict()}
 
     def load_state_dict(self, state):
-        self._flushed = self._shared = False
+        self._flushed = self._emptied = self._shared = False
         self.step_count = int(state["step"])
         self.feedback.load_state_dict(state)
         self.dense.load_state_dict(state)

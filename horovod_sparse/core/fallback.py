@@ -45,10 +45,11 @@ allreduces ``acc`` in one piece inside the exchange.
 
 Once the residual is empty the gradients travel as they are (a *plain*
 step, what ``hvd.Compression.none`` sends).  Under momentum correction
-(averaged, without Nesterov) the dense step that starts with an empty
-residual sends the velocities alone, so its aggregate is their mean ``U``;
-every rank adopts it, and from then on ``U = m U + mean(g)`` is applied to
-each averaged gradient (``GradientExchange.begin_plain_step``).  A sparse
+(averaged, without Nesterov, no frozen parameter) PyTorch's whole step that
+starts with an empty residual sends the velocities alone, so its aggregate
+is their mean ``U``; every rank adopts it, and from then on ``U = m U +
+mean(g)`` is applied to each averaged gradient
+(``GradientExchange.begin_plain_step``).  A sparse
 step resumes with ``U`` on every rank: the ranks' mean velocity, all the
 aggregate ever sees, is unchanged.  (Each rank running its own ``u = m u + g``
 instead costs a copy and a compiled call per gradient and a whole Horovod
