@@ -252,25 +252,35 @@ def test_dense_steps_under_momentum_share_the_ranks_mean_velocity(options):
     assert all(np.isfinite(rank[5][0]).all() for rank in ranks)
 
 
+def scheduled(comm, method, pattern, first, **options):
+    """An exchange of ``method`` under ``FixedSchedule(pattern)``, after its first
+    (sparse) step on the flat gradient ``first``."""
+    exchange = GradientExchange(create(method, density=0.05), NumpyOps(), comm,
+                                fallback="auto", **options)
+    exchange.fallback = FixedSchedule(pattern)
+    exchange.step([first[s:e] for s, e in LAYOUT.bounds], LAYOUT)
+    return exchange
+
+
+def whole_step_with_nan(exchange, comm, flat):
+    """``(what whole_step returned or None, the error it raised or None)`` on ``flat``
+    with one NaN."""
+    bad = flat.copy()
+    bad[3] = np.nan
+    try:
+        return whole_step(exchange, comm, bad), None
+    except Exception as error:  # noqa: BLE001 - the test looks at it
+        return None, error
+
+
 @pytest.mark.parametrize("policy", ["raise", "skip", "propagate"])
 def test_a_non_finite_whole_step_leaves_the_state_as_it_was(policy):
     grads = stream(4, 3, 2)
 
     def worker(comm):
-        exchange = GradientExchange(create("topk", density=0.05), NumpyOps(), comm,
-                                    nonfinite=policy, fallback="auto")
-        exchange.fallback = FixedSchedule("sD")
-        flat = grads[0][comm.rank]
-        exchange.step([flat[s:e] for s, e in LAYOUT.bounds], LAYOUT)
+        exchange = scheduled(comm, "topk", "sD", grads[0][comm.rank], nonfinite=policy)
         before = exchange.state_dict(LAYOUT)
-        bad = grads[1][comm.rank].copy()
-        bad[3] = np.nan
-        try:
-            whole_step(exchange, comm, bad)
-        except Exception as error:  # noqa: BLE001 - the test looks at it
-            raised = error
-        else:
-            raised = None
+        _, raised = whole_step_with_nan(exchange, comm, grads[1][comm.rank])
         return before, exchange.state_dict(LAYOUT), raised, exchange.step_count
     for before, after, raised, steps in run_simulated(2, worker):
         assert (type(raised).__name__ == "NonFiniteGradientError") == (policy == "raise")
@@ -286,10 +296,7 @@ def test_a_frozen_gradient_delays_the_shared_velocity():
     grads = stream(7, 5, 2)
 
     def worker(comm):
-        exchange = GradientExchange(create("dgc", density=0.05), NumpyOps(), comm,
-                                    fallback="auto")
-        exchange.fallback = FixedSchedule("sDDDDD")
-        exchange.step([grads[0][comm.rank][s:e] for s, e in LAYOUT.bounds], LAYOUT)
+        exchange = scheduled(comm, "dgc", "sDDDDD", grads[0][comm.rank])
         return [whole_step(exchange, comm, grads[t][comm.rank], held=(0,) if t == 1 else ())[1]
                 for t in range(1, 5)]
     for plain in run_simulated(2, worker):
@@ -301,22 +308,17 @@ def test_a_non_finite_plain_step_under_momentum_keeps_the_velocity(policy):
     grads = stream(4, 4, 2)
 
     def worker(comm):
-        exchange = GradientExchange(create("dgc", density=0.05), NumpyOps(), comm,
-                                    nonfinite=policy, fallback="auto")
-        exchange.fallback = FixedSchedule("sDDD")
-        exchange.step([grads[0][comm.rank][s:e] for s, e in LAYOUT.bounds], LAYOUT)
+        exchange = scheduled(comm, "dgc", "sDDD", grads[0][comm.rank], nonfinite=policy)
         for t in (1, 2):
             whole_step(exchange, comm, grads[t][comm.rank])
         before = velocity_in_output_order(exchange)
-        bad = grads[3][comm.rank].copy()
-        bad[3] = np.nan
-        try:
-            _, plain = whole_step(exchange, comm, bad)
-        except Exception as error:  # noqa: BLE001 - the test looks at it
-            return before, velocity_in_output_order(exchange), type(error).__name__
-        return before, velocity_in_output_order(exchange), plain
-    for before, after, outcome in run_simulated(2, worker):
-        assert outcome == ("NonFiniteGradientError" if policy == "raise" else True)
+        returned, raised = whole_step_with_nan(exchange, comm, grads[3][comm.rank])
+        return before, velocity_in_output_order(exchange), returned, raised
+    for before, after, returned, raised in run_simulated(2, worker):
+        if policy == "raise":
+            assert type(raised).__name__ == "NonFiniteGradientError"
+        else:
+            assert raised is None and returned[1]  # a plain step
         np.testing.assert_array_equal(after, before)
 
 
