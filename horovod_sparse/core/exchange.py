@@ -409,7 +409,7 @@ class GradientExchange:
         aggregate = self._output(layout, like)
         self.ops.fill_zero(aggregate)
         self._begin_velocities(split, held, like)
-        self._whole = (split, aggregate, frozenset(held), self._emptied)
+        self._whole = (split, aggregate, frozenset(held))
         return True
 
     def begin_plain_step(self, layout, held=(), like=None):
@@ -439,7 +439,7 @@ class GradientExchange:
         split = self.split(layout)
         if self.sparsifier.momentum:
             self._begin_velocities(split, held, like)
-        self._whole = (split, None, frozenset(held), True)
+        self._whole = (split, None, frozenset(held))
         return True
 
     def _begin_velocities(self, split, held, like):
@@ -460,7 +460,7 @@ class GradientExchange:
             return self.feedback.velocity_buffer, 0
         return self.dense.velocity_buffer, n_sparse
 
-    def _whole_step_done(self, split, aggregate, held, emptied):
+    def _whole_step_done(self, split, aggregate, held):
         """A whole step went through (its ``aggregate`` finite): the residual is empty,
         but a held gradient's.  If every gradient's was empty at the step's start,
         none is held and the velocities are shareable, ``aggregate`` is the ranks'
@@ -469,7 +469,7 @@ class GradientExchange:
         is the frozen parameters, alike on every rank; the exchange's own dense
         step never shares, as TensorFlow's held variables -- no gradient this step
         -- may differ between the ranks.)"""
-        self._flushed, self._emptied = True, not held
+        emptied, self._flushed, self._emptied = self._emptied, True, not held
         if not (emptied and not held and self._velocities_shareable
                 and wire_dtype(split.layout) == "float32"):
             return
@@ -481,7 +481,7 @@ class GradientExchange:
     def plain_gradient(self, position, result):
         """A plain step's averaged gradient ``position`` (flat, in place): with shared
         velocities ``U = m U + result`` and ``result = U`` (:meth:`begin_plain_step`)."""
-        split, _, held, _ = self._whole
+        split, _, held = self._whole
         if self.sparsifier.momentum and position not in held:
             start, stop = split.output_bounds[position]
             velocity, offset = self._velocity_at(split, start)
@@ -493,7 +493,7 @@ class GradientExchange:
         gradient plus its residual (with momentum correction: the new velocity plus
         the residual; Nesterov: ``m u + g`` plus the residual) -- into the step's
         output buffer, and return that slice; the framework allreduces it in place."""
-        split, aggregate, held, _ = self._whole
+        split, aggregate, held = self._whole
         start, stop = split.output_bounds[position]
         if position not in held:
             n_sparse = split.sparse_layout.n
@@ -512,7 +512,7 @@ class GradientExchange:
         :meth:`begin_plain_step`); otherwise the non-finite policy
         applies as in :meth:`step` (``"skip"`` zeroes the output buffer; the
         framework zeroes a plain step's results) and the state stays as before."""
-        split, aggregate, held, emptied = self._whole
+        split, aggregate, held = self._whole
         self._whole = None
         if aggregate is not None:
             finite = self.ops.all_finite(aggregate)
@@ -529,7 +529,7 @@ class GradientExchange:
             self.feedback.flush()
             self.feedback.commit()
             self.dense.commit()
-            self._whole_step_done(split, aggregate, held, emptied)
+            self._whole_step_done(split, aggregate, held)
         elif self.sparsifier.momentum:  # a plain step: the residual stays empty
             self.feedback.commit(residual=False)
             self.dense.commit()

@@ -189,8 +189,9 @@ class ErrorFeedback:
         """Make the accumulated buffers (after :meth:`clear`) the new residual and
         velocity (``residual=False``: the velocity only); held gradients keep their
         old ones."""
-        buffers = ((self._residual,) if residual else ()) + ((self._velocity,) if self.momentum
-                                                             else ())
+        buffers = [self._residual] if residual else []
+        if self.momentum:
+            buffers.append(self._velocity)
         for buffer in buffers:
             for start, stop in self._held:  # spare[start:stop] = current[start:stop]
                 self.ops.add_slice(buffer.spare, buffer.current, 0.0, start, stop)

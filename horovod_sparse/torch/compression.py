@@ -207,10 +207,9 @@ class SparseCompressor(WholeModelCompressor):
         held = tuple(index[name] for name, p in self._parameters
                      if name in index and not p.requires_grad)
         like = next(p for _, p in self._parameters if p.is_floating_point())
-        if self.owns_momentum and exchange.begin_plain_step(self.layout, held, like):
-            return "momentum"
-        exchange.begin_whole_step(self.layout, held, like)
-        return "whole"
+        if exchange.begin_whole_step(self.layout, held, like):
+            return "whole"
+        return "momentum"  # a plain step after all: only a shared velocity makes one here
 
     def _send_whole(self, gradient):
         position = self._whole_index[1][gradient.name]
