@@ -6,10 +6,12 @@ Two ranks simulated in one process (threads and ``SimulatedCommunicator``)
 run every method with ``NumpyOps`` -- the kernels a CPU torch gradient uses
 too -- on an ``n``-element synthetic gradient.  ``tracemalloc`` (numpy
 reports its buffers to it) measures, after warm-up steps, the memory the
-exchange keeps between steps (residual, spare buffer, output buffers,
-velocity) and the peak during a step, both per rank and in units of one
+exchange keeps between steps (residual and spare buffer, which hold the
+step's output too; velocity) and the peak during a step, both per rank and in units of one
 float32 gradient (``4n`` bytes).  The gradients themselves are allocated
-before measuring and not counted.
+before measuring and not counted; a small run of each method first keeps
+one-time costs (numba loading its compiled kernels, ~11 MB) out of the
+figures.
 """
 
 import argparse
@@ -60,6 +62,7 @@ def main():
         args.elements = 100_000
     rows = []
     for method in available():
+        measure(method, 10_000, args.density)  # untraced one-time costs: numba loads its kernels
         rows.append(measure(method, args.elements, args.density))
         print(f"{method:>9}: kept {rows[-1]['kept']:.2f}, peak {rows[-1]['peak']:.2f} "
               "gradient sizes", flush=True)
@@ -71,16 +74,20 @@ def main():
              + f". {RANKS} simulated ranks, "
              "NumpyOps (the CPU kernels torch gradients use), after 3 warm-up steps; per rank, "
              "in float32 gradient sizes (4n bytes), the gradient itself not counted. *kept*: "
-             "what the exchange holds between steps (residual and its spare buffer, the two "
-             "output buffers Horovod's views need, the velocity under momentum correction); "
+             "what the exchange holds between steps (residual and its spare buffer, which also "
+             "hold the output Horovod's views need, the velocity under momentum correction); "
              "*peak*: the most during a step.", "",
              *Table(("method", "method", ""), ("kept", "kept", ".2f"),
                     ("peak", "peak", ".2f")).markdown(rows),
-             "", "Where it goes: residual + spare `acc` (2n, so that a refused step loses "
-             "nothing), two output buffers used in turn (2n: the aggregate a step returns is "
-             "`p.grad`'s storage until the step after next), a velocity and its spare under "
-             "momentum correction (2n more for DGC and gs-SGD); the step's own temporaries "
-             "are index and value lists of a few k.", ""]
+             "", "Where it goes: residual + spare `acc` (2n).  `acc = g + e` is formed in "
+             "the spare, so a step refused at its header loses nothing; past the header the "
+             "old residual is dead and its buffer takes the step's output (`p.grad`'s "
+             "storage until the next step forms its `acc` there: no separate output "
+             "buffer).  Under momentum correction a velocity and its spare (2n more: DGC, "
+             "gs-SGD, whose Count Sketch tables add the rest); "
+             "hard-threshold's hits are not bounded by k, so its peak follows how many "
+             "magnitudes pass the threshold (here a Student-t gradient, many).  The step's "
+             "own temporaries otherwise are index and value lists of a few k.", ""]
     write_page("memory.md", lines)
 
 

@@ -7,6 +7,8 @@ alone compute it (numpy primitives and nothing else), and as the torch and
 TensorFlow backends compute it, with their overrides.
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -100,3 +102,20 @@ def test_scatter_add_sums_repeated_indices(name):
     ops.scatter_add(dense, vector(np.array([1, 3, 1], np.int64)),
                     vector(np.array([0.5, 2.0, 0.25], np.float32)))
     assert list(host(dense)) == [0.0, 0.75, 0.0, 2.0]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_segment_norms_and_slice_copies_match_numpy(name, values):
+    """Two primitives the error feedback leans on: float64 norms (TensorFlow's
+    chunked, here several chunks a segment) and a slice copy into a buffer."""
+    ops, vector, buffer = backend(name)
+    ops.norm_chunk = ops.chunk = 300  # used by the backends that cast a chunk at a time
+    bounds = [(0, 10), (10, 10), (10, 700), (700, 1000)]
+    expected = [math.fsum(float(v) ** 2 for v in values[s:e]) for s, e in bounds]
+    assert np.allclose(ops.segment_sq_norms(buffer(values.copy()), bounds), expected, rtol=1e-12)
+
+    out = buffer(np.zeros(1000, np.float32))
+    ops.copy_slice(out, vector(values[:100]), 300, 400)
+    expected = np.zeros(1000, np.float32)
+    expected[300:400] = values[:100]
+    assert np.array_equal(host(out), expected)

@@ -7,6 +7,8 @@ boundaries, ties at the threshold and at the ``k``-th magnitude, and a sample
 that misses (the retry path).
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -176,3 +178,37 @@ def test_abs_ge_entries_of_a_strided_vector():
     indices, values = kernels.abs_ge_entries(x, 1.0, 3, x.size - 3)
     assert np.array_equal(indices, reference_abs_ge(x, 1.0, 3, x.size - 3))
     assert np.array_equal(values, x[indices])
+
+
+def reference_sq_norm_lanes(x):
+    """The kernel's order spelled out: lane j sums x[i]**2 for i = j mod 8 (the tail
+    in lane 0) left to right in float64, then the lanes pairwise."""
+    lanes = [0.0] * kernels.LANES
+    whole = len(x) - len(x) % kernels.LANES
+    for i in range(whole):
+        lanes[i % kernels.LANES] += float(x[i]) ** 2
+    for i in range(whole, len(x)):
+        lanes[0] += float(x[i]) ** 2
+    while len(lanes) > 1:
+        lanes = [lanes[j] + lanes[j + 1] for j in range(0, len(lanes), 2)]
+    return lanes[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 1001, 70_000])
+def test_sq_norm_is_the_float64_sum_of_squares(dtype, n):
+    x = (np.random.default_rng(n).standard_t(3, n) * 100).astype(dtype)
+    exact = math.fsum(float(v) * float(v) for v in x)
+    assert kernels.sq_norm(x) == pytest.approx(exact, rel=1e-13, abs=0)
+    if dtype != np.float16:  # compiled: exactly its documented order
+        assert kernels.sq_norm(x) == reference_sq_norm_lanes(x)
+    assert kernels.sq_norm(x[::3]) == pytest.approx(math.fsum(float(v) ** 2 for v in x[::3]),
+                                                    rel=1e-13, abs=0)
+
+
+def test_sq_norm_of_nonfinite_elements_is_not_finite():
+    x = np.ones(100, dtype=np.float32)
+    x[50] = np.inf
+    assert kernels.sq_norm(x) == np.inf
+    x[60] = np.nan
+    assert np.isnan(kernels.sq_norm(x))

@@ -216,6 +216,7 @@ class _SimulatedGroup:
         self.barrier.wait()
         items = copy.deepcopy(self.slots)
         self.barrier.wait()
+        self.slots[rank] = None  # every rank has its copy: hold nothing between rounds
         return items
 
 

@@ -118,15 +118,16 @@ class DensePart:
 
     def whole_slice(self, out, grad, start, stop):
         """``out[start:stop] = g`` (with momentum ``u = m u + g`` first, and ``u`` or,
-        Nesterov, ``m u + g`` sent); ``out`` is zero there."""
+        Nesterov, ``m u + g`` sent); ``grad`` may be a view of that slice of ``out``."""
         if self.momentum:
             new, old = self._velocity.spare, self._velocity.current
             self.ops.scale_add_slice(new, old, self.momentum, grad, start, stop)
-            if self.nesterov:
+            if self.nesterov:  # out is written before grad is read: a copy (a small gradient)
+                grad = self.ops.multiply(grad, 1.0)
                 self.ops.scale_add_slice(out, new, self.momentum, grad, start, stop)
                 return
             grad = new[start:stop]
-        self.ops.add_slice(out, out, grad, start, stop)
+        self.ops.copy_slice(out, grad, start, stop)
 
     def refuse_pending(self, layout):
         """A model without a dense part must not silently drop loaded dense velocities."""

@@ -57,23 +57,24 @@ class StepContext:
 
     The context is the sparsifier's only way to the other ranks.  Its first
     collective must be :meth:`exchange_header`; every other collective asked
-    for before it raises ``RuntimeError``.  ``aggregate`` is the step's output
-    buffer (``aggregate_zeroed``: already zeroed, by the accumulating pass, so
-    the first :meth:`new_aggregate` need not).  Collectives are timed and metered
+    for before it raises ``RuntimeError``, and so does :meth:`new_aggregate`:
+    ``output()`` gives the step's output buffer, which is the old residual's
+    storage (``core.feedback``), free only once the step can no longer be
+    refused.  Collectives are timed and metered
     by the communicator; the ``*_values`` and ``*_indices`` forms apply the
     wire formats (values in :attr:`wire_dtype`, indices as int32 unless the
     model has more than ``2**31`` elements).
     """
 
-    def __init__(self, ops, comm, layout, step, configuration, finite, aggregate, feedback,
-                 reduction="average", model=None, aggregate_zeroed=False):
+    def __init__(self, ops, comm, layout, step, configuration, finite, output, feedback,
+                 reduction="average", model=None):
         self.ops, self.layout, self.step = ops, layout, step
         self.model = layout if model is None else model  # checked in the header
         self.wire_dtype = wire_dtype(self.model)
         self.configuration, self.finite, self.reduction = configuration, finite, reduction
         self._comm = comm
-        self._aggregate = aggregate
-        self._aggregate_zeroed = aggregate_zeroed  # (by the accumulating pass)
+        self._output = output
+        self._aggregate = None
         self._feedback = feedback
         self._header_exchanged = False
         self.selection_time = 0.0
@@ -87,10 +88,12 @@ class StepContext:
         return self._comm.size
 
     def new_aggregate(self):
-        """This step's dense output buffer, zeroed."""
-        if not self._aggregate_zeroed:
+        """This step's dense output buffer, zeroed (after the header only)."""
+        self._payload()
+        if self._aggregate is None:
+            self._aggregate = self._output()
+        else:
             self.ops.fill_zero(self._aggregate)
-        self._aggregate_zeroed = False  # the caller writes into it
         return self._aggregate
 
     def clear(self, indices):
@@ -281,12 +284,6 @@ class GradientExchange:
         self._split = None
         self.step_count = 0
         self.history = collections.deque(maxlen=history_size)
-        # Two output buffers, used in turn by the steps that write one (a plain
-        # dense step does not): the aggregate a step returns stays valid through
-        # the next step, and the gradients it hands in -- p.grad, a view of the
-        # last output under zero_grad(set_to_none=False) -- never lie in the
-        # buffer being written.
-        self._aggregates, self._output_size, self._last_slot = [None, None], None, 1
 
     @property
     def configuration(self):
@@ -318,9 +315,9 @@ class GradientExchange:
 
         Returns the flat aggregate (``layout.n`` elements; gradient ``i`` at
         ``split(layout).output_bounds[i]``, which is ``layout.bounds[i]`` unless
-        some gradients are sent densely).  It lives in one of two output
-        buffers used in turn: valid until the step after next overwrites it
-        (copy it to keep it longer).
+        some gradients are sent densely).  It lives in a buffer of the error
+        feedback's (``core.feedback``): valid until the next step (copy it to keep
+        it longer), and the gradients handed to that step may be views of it.
         """
         kind = self.begin_step()
         self._flushed = self._emptied = self._shared = False
@@ -328,11 +325,11 @@ class GradientExchange:
         sparse = split.sparse_layout
         self.comm.reset_traffic()
         like = next(grad for i, grad in enumerate(grads) if i not in held)
-        output = self._output(layout, like)
-        acc, dense, finite = self._gather(split, grads, held, like, output)
+        self.feedback.begin(sparse, split.held_in(split.sparse, held), like, layout.n)
+        acc, dense, finite = self._gather(split, grads, held, like)
         context = StepContext(self.ops, self.comm, sparse, self.step_count, self.configuration,
-                              finite=finite, aggregate=output, feedback=self.feedback,
-                              reduction=self.reduction, model=layout, aggregate_zeroed=True)
+                              finite=finite, output=self.feedback.output, feedback=self.feedback,
+                              reduction=self.reduction, model=layout)
         method = DENSE_STEP if kind == "dense" else self.sparsifier
         try:
             if sparse.n:
@@ -349,7 +346,8 @@ class GradientExchange:
         except NonFiniteGradientError:
             if self.nonfinite == "raise":
                 raise
-            aggregate = context.new_aggregate()
+            aggregate = self.feedback.spare_output()  # the residual stays
+            self.ops.fill_zero(aggregate)
             if self.nonfinite == "propagate":  # aggregate = 0 + NaN everywhere
                 self.ops.add_slice(aggregate, aggregate, math.nan, 0, layout.n)
             metrics = StepMetrics(step=self.step_count, n=sparse.n,
@@ -406,9 +404,11 @@ class GradientExchange:
         if self.begin_plain_step(layout, held, like):
             return False
         split = self.split(layout)
-        aggregate = self._output(layout, like)
-        self.ops.fill_zero(aggregate)
         self._begin_velocities(split, held, like)
+        aggregate = self.feedback.spare_output()  # where the gradients may lie: see whole_gradient
+        for position in held:  # held gradients send zeros
+            start, stop = split.output_bounds[position]
+            self.ops.fill_zero(aggregate[start:stop])
         self._whole = (split, aggregate, frozenset(held))
         return True
 
@@ -443,7 +443,8 @@ class GradientExchange:
         return True
 
     def _begin_velocities(self, split, held, like):
-        self.feedback.begin_whole(split.sparse_layout, split.held_in(split.sparse, held), like)
+        self.feedback.begin(split.sparse_layout, split.held_in(split.sparse, held), like,
+                            split.layout.n)
         self.dense.begin_whole(split.dense_layout, split.held_in(split.dense, held), like)
 
     @property
@@ -492,7 +493,9 @@ class GradientExchange:
         """Write what gradient ``position`` of the layout sends in a whole step -- the
         gradient plus its residual (with momentum correction: the new velocity plus
         the residual; Nesterov: ``m u + g`` plus the residual) -- into the step's
-        output buffer, and return that slice; the framework allreduces it in place."""
+        output buffer, and return that slice; the framework allreduces it in place.
+        ``grad`` may be a view of that very slice (the last step's output, under
+        PyTorch's ``zero_grad(set_to_none=False)``), never of another gradient's."""
         split, aggregate, held = self._whole
         start, stop = split.output_bounds[position]
         if position not in held:
@@ -526,30 +529,26 @@ class GradientExchange:
             if self.nonfinite == "skip" and aggregate is not None:
                 self.ops.fill_zero(aggregate)
         elif aggregate is not None:
-            self.feedback.flush()
-            self.feedback.commit()
+            self.feedback.end_whole()
             self.dense.commit()
             self._whole_step_done(split, aggregate, held)
         elif self.sparsifier.momentum:  # a plain step: the residual stays empty
-            self.feedback.commit(residual=False)
+            self.feedback.commit_velocity()
             self.dense.commit()
         metrics.elements_sent = metrics.elements_received = split.layout.n
         metrics.bytes_sent = metrics.bytes_received = 4 * split.layout.n
         self.history.append(metrics)
         self.step_count += 1
 
-    def _gather(self, split, grads, held, like, output):
+    def _gather(self, split, grads, held, like):
         """``(acc, dense, all finite)``: error feedback over the sparsified gradients
         (``acc``, ``None`` when there are none) and the dense part's vector (``None``
-        when there is none), both of one clipping scale; the step's ``output``
-        buffer zeroed on the way (the sparsified part's in the accumulating pass)."""
+        when there is none), both of one clipping scale."""
         scale = self._clip_scale(grads, split.layout, held)
         acc, finite = None, True
         n_sparse = split.sparse_layout.n
         if n_sparse:
-            acc = self.feedback.accumulate([grads[i] for i in split.sparse], split.sparse_layout,
-                                           scale, split.held_in(split.sparse, held), like,
-                                           zero=output)  # the sparsified part: [0, n_sparse)
+            acc = self.feedback.accumulate([grads[i] for i in split.sparse], scale)
             finite = self.feedback.finite
             if finite is None:
                 finite = self.ops.all_finite(acc)
@@ -559,7 +558,6 @@ class GradientExchange:
         dense, dense_finite = self.dense.gather([grads[i] for i in split.dense],
                                                 split.dense_layout, like,
                                                 split.held_in(split.dense, held), scale)
-        self.ops.fill_zero(output[n_sparse:])  # after the gradients are read
         return acc, dense, finite and dense_finite
 
     def _clip_scale(self, grads, layout, held):
@@ -573,14 +571,6 @@ class GradientExchange:
                                    if i not in held))
         coefficient = clip_norm / math.sqrt(self.comm.size) / (norm + 1e-6)
         return coefficient if coefficient < 1 else None
-
-    def _output(self, layout, like):
-        if self._output_size != layout.n:
-            self._aggregates, self._output_size = [None, None], layout.n
-        slot = self._last_slot = 1 - self._last_slot
-        if self._aggregates[slot] is None:
-            self._aggregates[slot] = self.ops.zeros(layout.n, like)
-        return self._aggregates[slot]
 
     def state_dict(self, layout):
         """Step, residuals (and velocities) by gradient name, sparsifier state; before

@@ -3,10 +3,21 @@
 ``acc_t = g_t + e_t`` is formed in a spare buffer; the sparsifier zeroes the
 coordinates it has communicated (:meth:`ErrorFeedback.clear`), and only then
 does ``acc_t`` become the new residual ``e_{t+1}`` (:meth:`commit`).  Until
-the commit the old residual is untouched, so a step abandoned for a bad
-gradient loses nothing.  Which coordinates are zeroed is the sparsifier's
-rule (own selection for Top-k, every gathered index for the partition
-family, ...).
+the step's header has passed the old residual is untouched, so a step refused
+for a bad gradient or a mismatch loses nothing.  Which coordinates are zeroed
+is the sparsifier's rule (own selection for Top-k, every gathered index for
+the partition family, ...).
+
+The two buffers hold the step's output too, so the exchange keeps two
+gradient sizes in all (the whole model's: the dense part's output after the
+sparsified part's).  Once the header has passed, the old residual is needed
+no more -- ``acc`` holds all it held -- and its buffer takes the step's output
+(:meth:`ErrorFeedback.output`), which stays ``p.grad``'s storage until the
+next step forms its ``acc`` there; under PyTorch's
+``zero_grad(set_to_none=False)`` the next gradients *are* that buffer, each
+element read before ``acc`` overwrites it.  The price: a collective that
+fails after the header loses that step's residual (elastic training restores
+the last committed one).
 
 With ``momentum = m > 0`` the memory is DGC's *momentum correction*
 (Lin et al., ICLR 2018; also Sketched-SGD's worker state): a velocity
@@ -37,12 +48,15 @@ class Buffer:
                         for name, value in state.items()}
         self.current = self.spare = None
 
-    def ensure(self, ops, layout, like):
+    def ensure(self, ops, layout, like, size=None):
+        """Place the buffers (``size`` elements, at least ``layout.n``: ``layout``'s
+        gradients first) on ``like``'s device, the loaded state in ``current``."""
         if self.current is None:
-            self.current = ops.from_host(_restore(self.pending, layout, self.part), like)
+            host = _restore(self.pending, layout, self.part, layout.n if size is None else size)
+            self.current = ops.from_host(host, like)
             self.pending = {}
         if self.spare is None:
-            self.spare = ops.zeros(layout.n, self.current)
+            self.spare = ops.zeros(self.current.shape[0], self.current)
 
     def swap(self):
         self.spare, self.current = self.current, self.spare
@@ -77,9 +91,9 @@ def refuse_unknown(names, layout, part):
                        f"{sorted(unknown)}")
 
 
-def _restore(saved, layout, part):
+def _restore(saved, layout, part, size):
     refuse_unknown(saved, layout, part)
-    host = np.zeros(layout.n, dtype=np.float32)
+    host = np.zeros(size, dtype=np.float32)
     for name, (start, stop) in zip(layout.names, layout.bounds):
         if name in saved:
             value = saved[name]
@@ -91,17 +105,28 @@ def _restore(saved, layout, part):
 
 
 class ErrorFeedback:
-    """Flat residual (and velocity) of the whole model, saved per gradient name."""
+    """Flat residual (and velocity) of the whole model, saved per gradient name.
+
+    A step: :meth:`begin`, :meth:`accumulate`, and past the header
+    :meth:`output`, :meth:`clear` or :meth:`flush`, :meth:`commit`; a refused
+    step takes :meth:`spare_output` instead and commits nothing.  A *whole*
+    step (every gradient sent as it comes: ``core.fallback``) writes into
+    :meth:`spare_output` with :meth:`whole_slice` and ends with
+    :meth:`end_whole`.
+    """
 
     def __init__(self, ops, momentum=0.0, nesterov=False):
         self.ops, self.momentum, self.nesterov = ops, float(momentum), bool(nesterov)
         self._residual, self._velocity = Buffer(), Buffer()
-        self._held = ()  # (start, stop) of this step's held gradients
+        self._layout, self._held_positions = None, ()
+        self._held = ()        # (start, stop) of this step's held gradients
+        self._set_aside = ()   # their residuals while the output holds the residual's buffer
         self.finite = None  # whether the last acc is all finite (None: not checked)
 
     @property
     def residual(self):
-        return self._residual.current
+        """``e``, over the sparsified gradients."""
+        return self._sparsified(self._residual.current)
 
     @property
     def velocity(self):
@@ -113,39 +138,52 @@ class ErrorFeedback:
         """The velocity's :class:`Buffer` (current and spare)."""
         return self._velocity
 
-    def accumulate(self, grads, layout, scale=None, held=(), like=None, zero=None):
+    def begin(self, layout, held, like, size):
+        """Start a step over the sparsified gradients ``layout`` (``held``: positions
+        of absent ones), its output ``size`` elements long (at least ``layout.n``);
+        new buffers go on ``like``'s device."""
+        self._residual.ensure(self.ops, layout, like, size)
+        if self.momentum:
+            self._velocity.ensure(self.ops, layout, like)
+        self._layout, self._held_positions = layout, held
+        self._held = tuple(layout.bounds[i] for i in held)
+        self._set_aside = ()
+
+    def accumulate(self, grads, scale=None):
         """Return ``acc = residual + grads`` (``residual + u`` with momentum, ``residual
-        + m u + grads`` with Nesterov), in spare buffers.
+        + m u + grads`` with Nesterov) in the spare buffer, where the last step's
+        output was (a gradient may be a view of it there).
 
         ``scale`` (a number) multiplies every gradient first (local clipping);
-        ``held`` lists the positions of absent gradients (zeros in ``acc``;
-        their ``grads`` entries are not read and may be ``None``); new buffers go
-        on ``like``'s device (default: the first gradient's); ``zero``
-        (optional, at least ``layout.n`` long) is zeroed over ``[0, layout.n)``
-        in the same pass.  One pass
-        per gradient; :attr:`finite` tells whether every element of ``acc`` is
-        finite where the backend checked in that pass (``None`` otherwise).
+        held gradients (:meth:`begin`) are zeros in ``acc`` and their ``grads``
+        entries are not read (``None`` will do).  One pass per gradient;
+        :attr:`finite` tells whether every element of ``acc`` is finite where
+        the backend checked in that pass (``None`` otherwise).
         """
         ops = self.ops
-        if like is None:
-            like = next(grad for i, grad in enumerate(grads) if i not in held)
-        self._residual.ensure(ops, layout, like)
-        if self.momentum:
-            self._velocity.ensure(ops, layout, like)
         acc = self._residual.spare
         velocity = (self._velocity.spare, self._velocity.current) if self.momentum else None
-        self._held = tuple(layout.bounds[i] for i in held)
         self.finite = True
-        for i, (grad, (start, stop)) in enumerate(zip(grads, layout.bounds)):
-            if i in held:
+        for i, (grad, (start, stop)) in enumerate(zip(grads, self._layout.bounds)):
+            if i in self._held_positions:
                 ops.fill_zero(acc[start:stop])
-                if zero is not None:
-                    ops.fill_zero(zero[start:stop])
                 continue
-            finite = ops.accumulate_slice(acc, self.residual, grad, start, stop, scale, velocity,
-                                          self.momentum, self.nesterov, zero)
+            finite = ops.accumulate_slice(acc, self._residual.current, grad, start, stop, scale, velocity,
+                                          self.momentum, self.nesterov)
             self.finite = None if finite is None or self.finite is None else self.finite and finite
-        return acc
+        return self._sparsified(acc)
+
+    def output(self):
+        """The step's output buffer, zeroed, for a step past its header: the old
+        residual's (``acc`` holds all it held); held gradients' residuals are set
+        aside until :meth:`commit`."""
+        self._set_aside = self._empty_current()
+        return self._residual.current
+
+    def spare_output(self):
+        """The output buffer of a step that keeps its residual to the end (refused,
+        or whole): ``acc``'s, unzeroed."""
+        return self._residual.spare
 
     def clear(self, indices, wire_dtype="float32"):
         """Zero the communicated ``indices`` in the accumulated gradient (and velocity).
@@ -160,42 +198,60 @@ class ErrorFeedback:
         if self.momentum:
             self.ops.zero_at(self._velocity.spare, indices)
 
-    def begin_whole(self, layout, held, like):
-        """A step that sends every gradient whole (:meth:`whole_slice`, one by one)."""
-        self._residual.ensure(self.ops, layout, like)
-        if self.momentum:
-            self._velocity.ensure(self.ops, layout, like)
-        self._held = tuple(layout.bounds[i] for i in held)
-
     def whole_slice(self, out, grad, start, stop):
         """``out[start:stop] = e + g`` (``e + u``, ``u = m u + g``, under momentum
         correction; Nesterov: ``e + m u + g``) for the gradient at ``[start, stop)``:
-        what it sends whole (``out`` is zero there)."""
-        self.ops.accumulate_slice(out, self.residual, grad, start, stop, None,
+        what it sends whole (``grad`` may be a view of that slice of ``out``)."""
+        self.ops.accumulate_slice(out, self._residual.current, grad, start, stop, None,
                                   (self._velocity.spare, self._velocity.current)
                                   if self.momentum else None, self.momentum, self.nesterov)
 
     def flush(self, wire_dtype="float32"):
         """Every coordinate was sent: zero the accumulated gradient (float16: keep
         the rounding error); the velocity is kept, as momentum SGD keeps it."""
-        spare = self._residual.spare
+        spare, n = self._residual.spare, self._layout.n
         if wire_dtype == "float32":
-            self.ops.fill_zero(spare)
+            self.ops.fill_zero(spare[:n])
         else:
-            self.ops.keep_rounding_error(spare, self.ops.arange(0, spare.shape[0], spare),
-                                         wire_dtype)
+            self.ops.keep_rounding_error(spare, self.ops.arange(0, n, spare), wire_dtype)
 
-    def commit(self, residual=True):
+    def commit(self):
         """Make the accumulated buffers (after :meth:`clear`) the new residual and
-        velocity (``residual=False``: the velocity only); held gradients keep their
-        old ones."""
-        buffers = [self._residual] if residual else []
+        velocity; held gradients keep their old ones."""
+        spare = self._residual.spare
+        for (start, stop), values in zip(self._held, self._set_aside):
+            self.ops.copy_slice(spare, values, start, stop)
+        self._residual.swap()
+        self._set_aside = ()
+        self.commit_velocity()
+
+    def end_whole(self):
+        """A whole step went through: the residual is empty (but a held gradient's),
+        the new velocity kept; the output stays in :meth:`spare_output`."""
+        for (start, stop), values in zip(self._held, self._empty_current()):
+            self.ops.copy_slice(self._residual.current, values, start, stop)
+        self.commit_velocity()
+
+    def commit_velocity(self):
+        """Make the new velocity the current one (a held gradient's kept)."""
         if self.momentum:
-            buffers.append(self._velocity)
-        for buffer in buffers:
+            buffer = self._velocity
             for start, stop in self._held:  # spare[start:stop] = current[start:stop]
                 self.ops.add_slice(buffer.spare, buffer.current, 0.0, start, stop)
             buffer.swap()
+
+    def _sparsified(self, buffer):
+        """``buffer`` over the sparsified gradients (the output's dense part cut off;
+        TensorFlow: a copy, so read before any :meth:`clear`)."""
+        n = self._layout.n if self._layout is not None else None
+        return buffer if buffer is None or n is None or buffer.shape[0] == n else buffer[:n]
+
+    def _empty_current(self):
+        """Zero the residual's buffer; return copies of its held gradients' slices."""
+        current, ops = self._residual.current, self.ops
+        held = [ops.take(current, ops.arange(start, stop, current)) for start, stop in self._held]
+        ops.fill_zero(current)
+        return held
 
     def state_dict(self, layout):
         state = {"residuals": self._residual.state_dict(self.ops, layout)}

@@ -9,6 +9,8 @@ kernels keep each phase at one pass:
   Nesterov: ``acc = residual + m u + scale * grad``)
   and checks that every result is finite in the same loop, on the value in
   its register (at the speed of numpy's ``add`` alone);
+* :func:`sq_norm` sums the squares in float64 in one read (numpy's and
+  torch's float64 casts each allocate a float64 copy, twice the gradient);
 * :func:`all_finite` checks a vector with one read of its exponent bits, on
   one thread: torch's and numpy's reductions wake a thread pool or allocate,
   which on a small model's step costs more than the read;
@@ -26,9 +28,9 @@ kernels keep each phase at one pass:
   is materialized.
 
 Without numba (it could not be imported), and for float16 which numba lacks,
-the same functions run as chunked numpy code: same results, about twice the
-time (the sketch then takes :class:`~horovod_sparse.core.sketch.CountSketch`'s
-generic path).
+the same functions run as chunked numpy code: same results (:func:`sq_norm`:
+to float64 rounding), about twice the time (the sketch then takes
+:class:`~horovod_sparse.core.sketch.CountSketch`'s generic path).
 """
 
 import numpy as np
@@ -41,6 +43,7 @@ except ImportError:  # pragma: no cover - numba is a requirement; this keeps a b
 BLOCK = 64        # elements per block of the scan: one bit each in a uint64 mask
 BLOCKS_PER_CHUNK = 4096  # blocks whose masks are held at once (32 KiB; the chunk, 1 MiB, in L2)
 SCAN_CHUNK = 1 << 16  # elements per step of the numpy scan
+LANES = 8  # independent float64 sums in sq_norm (a power of two)
 _COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no float16
 KEY_SHIFT = 16  # float32 bits >> 16: the exponent and 7 mantissa bits (128 keys an octave)
 # The lowest set bit of a mask m, isolated as b = m & -m, is bit BIT_OF[(b * DE_BRUIJN) >> 58]:
@@ -102,8 +105,7 @@ def _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old, mo
         np.multiply(velocity_old, velocity_old.dtype.type(momentum), out=velocity_new)
         np.add(velocity_new, grad, out=velocity_new)
         if nesterov:  # m u + g rounded to acc's dtype first, as ArrayOps does
-            np.multiply(velocity_new, velocity_new.dtype.type(momentum), out=acc)
-            np.add(acc, grad, out=acc)
+            np.add(velocity_new * velocity_new.dtype.type(momentum), grad, out=acc)  # grad may be acc
             grad = acc
         else:
             grad = velocity_new
@@ -203,19 +205,34 @@ if numba is not None:
         return count
 
     @_jit
-    def _compiled_accumulate(acc, residual, grad, scale, zero):
+    def _compiled_sq_norm(x):
+        # LANES interleaved float64 sums (independent, so they pipeline): lane j
+        # takes x[i] for i = j mod LANES, in order; a float32's square is exact in float64
+        lanes = np.zeros(LANES)
+        whole = x.size - x.size % LANES
+        for i in range(0, whole, LANES):
+            for j in range(LANES):
+                value = np.float64(x[i + j])
+                lanes[j] += value * value
+        for i in range(whole, x.size):
+            value = np.float64(x[i])
+            lanes[0] += value * value
+        while lanes.size > 1:  # pairwise: ((l0 + l1) + (l2 + l3)) + ...
+            lanes = lanes[0::2] + lanes[1::2]
+        return lanes[0]
+
+    @_jit
+    def _compiled_accumulate(acc, residual, grad, scale):
         nonfinite = 0
         for i in range(acc.size):
             value = residual[i] + grad[i] * scale
             acc[i] = value
-            if zero is not None:  # resolved at compile time: a None argument is a type
-                zero[i] = 0
             nonfinite += not abs(value) <= FLOAT32_MAX  # inf or NaN
         return nonfinite == 0
 
     @_jit
     def _compiled_accumulate_momentum(acc, residual, grad, scale, velocity_new, velocity_old,
-                                      momentum, nesterov, zero):
+                                      momentum, nesterov):
         nonfinite = 0
         for i in range(acc.size):
             scaled = grad[i] * scale
@@ -225,8 +242,6 @@ if numba is not None:
                 velocity = velocity * momentum + scaled
             value = residual[i] + velocity
             acc[i] = value
-            if zero is not None:
-                zero[i] = 0
             nonfinite += not abs(value) <= FLOAT32_MAX
         return nonfinite == 0
 
@@ -350,6 +365,18 @@ def abs_ge_indices(x, threshold, start, stop):
     return abs_ge_entries(x, threshold, start, stop)[0]
 
 
+def sq_norm(x):
+    """``sum_i x_i^2`` of the vector ``x`` as a Python float, accumulated in float64
+    without a float64 copy of ``x`` (the numpy path casts a chunk at a time)."""
+    if numba is not None and x.dtype in _COMPILED_DTYPES and x.flags.c_contiguous:
+        return float(_compiled_sq_norm(x.reshape(-1)))
+    total = 0.0
+    for first in range(0, x.shape[0], SCAN_CHUNK):
+        chunk = x[first:first + SCAN_CHUNK].astype(np.float64)
+        total += float(np.dot(chunk, chunk))
+    return total
+
+
 def all_finite(x):
     """Whether every element of the vector ``x`` is finite."""
     if numba is None or x.dtype not in _COMPILED_DTYPES or not x.flags.c_contiguous:
@@ -360,28 +387,23 @@ def all_finite(x):
 
 
 def accumulate(acc, residual, grad, scale=1.0, velocity_new=None, velocity_old=None,
-               momentum=0.0, nesterov=False, zero=None):
+               momentum=0.0, nesterov=False):
     """``acc = residual + scale * grad`` in place (with momentum correction
     ``velocity_new = momentum * velocity_old + scale * grad`` and
     ``acc = residual + velocity_new``; Nesterov: ``acc = residual + momentum *
     velocity_new + scale * grad``); return whether every ``acc`` is finite.
-    ``zero`` (optional, of the same length) is set to 0 in the same loop, each
-    element after ``grad``'s (which may be a view of it) is read: the step's
-    output buffer, cleared while the pass streams anyway.
+    ``grad`` may be ``acc`` itself (each element is read before it is written).
 
     All arrays are float32 slices of one length; each product and sum is
     rounded to float32 (no fused multiply-add), as the numpy expression would.
     """
     compiled = numba is not None and acc.flags.c_contiguous and acc.dtype == np.float32 and (
-        grad.dtype == np.float32) and (zero is None or zero.flags.c_contiguous)
+        grad.dtype == np.float32)
     if not compiled:
-        finite = _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old,
-                                   momentum, nesterov)
-        if zero is not None:  # last: the gradient may be a view of it
-            zero.fill(0)
-        return finite
+        return _numpy_accumulate(acc, residual, grad, scale, velocity_new, velocity_old,
+                                 momentum, nesterov)
     scale = np.float32(scale)
     if velocity_new is None:
-        return _compiled_accumulate(acc, residual, grad, scale, zero)
+        return _compiled_accumulate(acc, residual, grad, scale)
     return _compiled_accumulate_momentum(acc, residual, grad, scale, velocity_new, velocity_old,
-                                         np.float32(momentum), bool(nesterov), zero)
+                                         np.float32(momentum), bool(nesterov))

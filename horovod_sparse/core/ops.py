@@ -133,6 +133,10 @@ class ArrayOps(abc.ABC):
         """``out[start:stop] = factor * x[start:stop] + y`` in place (two roundings, no FMA)."""
 
     @abc.abstractmethod
+    def copy_slice(self, out, x, start, stop):
+        """``out[start:stop] = x`` in place (``x`` may be a view of that slice)."""
+
+    @abc.abstractmethod
     def multiply(self, x, factor):
         """``x * factor`` (a new vector; ``factor`` a number or a vector of ``x``'s length)."""
 
@@ -180,18 +184,17 @@ class ArrayOps(abc.ABC):
         return bool(np.isfinite(self.segment_sq_norms(x, [(0, int(x.shape[0]))])).all())
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
-                         momentum=0.0, nesterov=False, zero=None):
+                         momentum=0.0, nesterov=False):
         """Error feedback for one gradient: ``acc[start:stop] = residual[start:stop] + g``
         with ``g = scale * grad`` (``grad`` unscaled when ``scale`` is ``None``);
         under momentum correction ``velocity = (new, old)`` and first
         ``new[start:stop] = momentum * old[start:stop] + g``, then ``g =
         new[start:stop]`` (Nesterov: ``g = momentum * new[start:stop] + g``).
-        ``zero`` (optional): a buffer whose ``[start:stop]`` is set to zero too
-        (the step's output; in the same pass where the backend can).
-        Returns whether the slice of ``acc`` is all finite, or ``None`` where the
+        ``grad`` may be a view of ``acc[start:stop]`` (each element is read before
+        it is written).  Returns whether the slice of ``acc`` is all finite, or ``None`` where the
         backend does not check in the same pass."""
-        if scale is not None:
-            grad = self.multiply(grad, scale)
+        if scale is not None or nesterov:  # (Nesterov reads grad after writing acc: a copy)
+            grad = self.multiply(grad, 1.0 if scale is None else scale)
         if velocity is not None:
             new, old = velocity
             self.scale_add_slice(new, old, momentum, grad, start, stop)
@@ -201,8 +204,6 @@ class ArrayOps(abc.ABC):
             else:
                 grad = new[start:stop]
         self.add_slice(acc, residual, grad, start, stop)
-        if zero is not None:  # last: the gradient may be a view of it
-            self.fill_zero(zero[start:stop])
         return None
 
     def keep_rounding_error(self, x, indices, dtype):
@@ -282,6 +283,9 @@ class NumpyOps(ArrayOps):
         np.multiply(x[start:stop], x.dtype.type(factor), out=out[start:stop])
         np.add(out[start:stop], y, out=out[start:stop])
 
+    def copy_slice(self, out, x, start, stop):
+        np.copyto(out[start:stop], x)
+
     def multiply(self, x, factor):
         return x * (x.dtype.type(factor) if np.isscalar(factor) else factor)
 
@@ -307,8 +311,7 @@ class NumpyOps(ArrayOps):
         return merged.astype(np.int64), values
 
     def segment_sq_norms(self, x, bounds):
-        return np.array([np.dot(x[s:e].astype(np.float64), x[s:e].astype(np.float64))
-                         for s, e in bounds], dtype=np.float64)
+        return np.array([kernels.sq_norm(x[s:e]) for s, e in bounds], dtype=np.float64)
 
     def median_rows(self, rows):
         return np.sort(np.stack(rows), axis=0)[(len(rows) - 1) // 2]
@@ -324,12 +327,11 @@ class NumpyOps(ArrayOps):
         return kernels.all_finite(x)
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
-                         momentum=0.0, nesterov=False, zero=None):
+                         momentum=0.0, nesterov=False):
         new, old = (None, None) if velocity is None else (velocity[0][start:stop],
                                                           velocity[1][start:stop])
         return kernels.accumulate(acc[start:stop], residual[start:stop], grad,
-                                  1.0 if scale is None else scale, new, old, momentum, nesterov,
-                                  None if zero is None else zero[start:stop])
+                                  1.0 if scale is None else scale, new, old, momentum, nesterov)
 
     def count_abs_ge_each(self, x, thresholds):
         return kernels.count_abs_ge_each(x, thresholds)

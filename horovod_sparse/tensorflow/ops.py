@@ -7,6 +7,8 @@ from ..core.ops import ArrayOps
 
 
 class TensorFlowOps(ArrayOps):
+    norm_chunk = 1 << 20  # elements cast to float64 at a time by segment_sq_norms
+
     def zeros(self, n, like):
         with tf.device(like.device):
             return tf.Variable(tf.zeros([n], dtype=tf.float32), trainable=False)
@@ -62,12 +64,18 @@ class TensorFlowOps(ArrayOps):
     def segment_sq_norms(self, x, bounds):
         if not bounds:
             return np.zeros(0, dtype=np.float64)
-        return np.array([float(tf.reduce_sum(tf.square(tf.cast(x[s:e], tf.float64))))
-                         for s, e in bounds], dtype=np.float64)
+        chunk = self.norm_chunk  # no float64 copy of a whole segment
+        return np.array([sum(float(tf.reduce_sum(tf.square(tf.cast(x[first:min(first + chunk, e)],
+                                                                  tf.float64))))
+                             for first in range(s, e, chunk)) for s, e in bounds],
+                        dtype=np.float64)
 
     def scale_add_slice(self, out, x, factor, y, start, stop):
         scaled = x[start:stop] * tf.cast(factor, out.dtype)
         out[start:stop].assign(scaled + tf.cast(y, out.dtype))
+
+    def copy_slice(self, out, x, start, stop):
+        out[start:stop].assign(tf.cast(x, out.dtype))
 
     def multiply(self, x, factor):
         x = tf.convert_to_tensor(x)

@@ -51,17 +51,13 @@ class TorchOps(ArrayOps):
         x.zero_()
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
-                         momentum=0.0, nesterov=False, zero=None):
-        velocities = tuple(velocity or ())
-        zeroed = () if zero is None else (zero,)
-        views = [_host_view(t) for t in (acc, residual, grad, *velocities, *zeroed)]
+                         momentum=0.0, nesterov=False):
+        views = [_host_view(t) for t in (acc, residual, grad, *(velocity or ()))]
         if grad.dtype != torch.float32 or any(view is None for view in views):
             return super().accumulate_slice(acc, residual, grad, start, stop, scale, velocity,
-                                            momentum, nesterov, zero)
-        host_velocity = views[3:3 + len(velocities)] or None
-        host_zero = views[-1] if zeroed else None
+                                            momentum, nesterov)
         return _NUMPY.accumulate_slice(views[0], views[1], views[2], start, stop, scale,
-                                       host_velocity, momentum, nesterov, host_zero)
+                                       views[3:] or None, momentum, nesterov)
 
     def all_finite(self, x):
         # A finite sum means every element is finite; only an overflowing sum needs the full check.
@@ -146,12 +142,22 @@ class TorchOps(ArrayOps):
     def segment_sq_norms(self, x, bounds):
         if not bounds:
             return np.zeros(0, dtype=np.float64)
-        norms = torch.stack([x[s:e].to(torch.float64).square().sum() for s, e in bounds])
-        return norms.cpu().numpy()
+        view = _host_view(x)
+        if view is not None:
+            return _NUMPY.segment_sq_norms(view, bounds)
+        def sq_norm(s, e):  # a chunk at a time: no float64 copy of a segment
+            chunks = (x[first:min(first + self.chunk, e)].to(torch.float64)
+                      for first in range(s, e, self.chunk))
+            return sum((chunk.square().sum() for chunk in chunks),
+                       x.new_zeros((), dtype=torch.float64))
+        return torch.stack([sq_norm(s, e) for s, e in bounds]).cpu().numpy()
 
     def scale_add_slice(self, out, x, factor, y, start, stop):
         torch.mul(x[start:stop], factor, out=out[start:stop])
         out[start:stop].add_(y)
+
+    def copy_slice(self, out, x, start, stop):
+        out[start:stop].copy_(x)
 
     def multiply(self, x, factor):
         return x * factor
