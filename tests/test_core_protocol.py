@@ -234,3 +234,45 @@ def test_gradients_written_into_the_last_output_give_the_same_steps(method):
     for fresh_rank, reused_rank in zip(fresh, reused):
         for a, b in zip(fresh_rank, reused_rank):
             assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("method", ["topk", "exdyna", "dgc"])
+def test_a_step_raised_at_its_header_keeps_the_residual_when_gradients_alias_the_output(method):
+    """``zero_grad(set_to_none=False)``: the gradients are views of the last output,
+    where the next ``acc`` is formed.  A step refused at its header (a NaN under
+    ``"raise"``) keeps residual and velocity exactly -- the next step equals one
+    taken as if the refused step never happened -- and leaves ``acc = g + e`` in
+    the views (documented in ``torch/compression.py``)."""
+    layout = layout_of(SHAPES)
+
+    def worker(comm, refuse):
+        exchange = GradientExchange(create(method, density=0.05), NumpyOps(), comm)
+        last = exchange.step([dyadic_gradient(0, 0, comm.rank)[s:e].copy()
+                              for s, e in layout.bounds], layout)
+        kept = exchange.state_dict(layout)
+        if refuse:
+            views = [last[s:e] for s, e in exchange.split(layout).output_bounds]
+            grad = dyadic_gradient(0, 1, comm.rank)
+            if comm.rank == 1:
+                grad[5] = np.nan
+            for view, (s, e) in zip(views, layout.bounds):
+                view[...] = 0
+                view += grad[s:e]
+            with pytest.raises(NonFiniteGradientError):
+                exchange.step(views, layout)
+            if comm.rank == 0 and not exchange.feedback.momentum:
+                residual = np.concatenate([kept["residuals"][name].reshape(-1)
+                                           for name in layout.names])
+                np.testing.assert_array_equal(np.concatenate(views), residual + grad)
+            after = exchange.state_dict(layout)
+            for part in kept:
+                if isinstance(kept[part], dict):
+                    for name in kept[part]:
+                        np.testing.assert_array_equal(after[part][name], kept[part][name])
+        return np.array(exchange.step([dyadic_gradient(0, 2, comm.rank)[s:e].copy()
+                                       for s, e in layout.bounds], layout))
+
+    refused = run_simulated(2, lambda comm: worker(comm, True))
+    straight = run_simulated(2, lambda comm: worker(comm, False))
+    for a, b in zip(refused, straight):
+        np.testing.assert_array_equal(a, b)

@@ -42,7 +42,12 @@ hanging in Horovod.  Every step's header repeats the check.
 Errors of a step that every rank raises alike (non-finite gradients,
 mismatches, the consistency guard) surface from the step's *last*
 ``decompress``, after Horovod has synchronized every handle, and Horovod's
-pending handles are released: a caught error leaves the optimizer usable.
+pending handles are released: a caught error leaves the optimizer usable and
+the residual as it was.  ``p.grad`` is left as it was too, except where the
+gradients were accumulated in place into the last step's output
+(``zero_grad(set_to_none=False)``): the exchange forms ``gradient +
+residual`` in that buffer before the header refuses the step, so zero the
+gradients before the next backward, as a training loop does anyway.
 
 Tensors that are not floating point, or empty, pass through unchanged
 (Horovod allreduces them as usual).
@@ -169,7 +174,7 @@ class SparseCompressor(WholeModelCompressor):
         self._decompressed += 1
         if isinstance(self._outcome, HorovodSparseError):
             if self._decompressed < len(self._recorded):
-                return self._recorded[ctx.index].tensor  # p.grad unchanged
+                return self._recorded[ctx.index].tensor  # p.grad (see the module's note)
             if self._optimizer is not None:
                 release_pending(self._optimizer)
             raise self._outcome
