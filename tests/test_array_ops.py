@@ -109,7 +109,7 @@ def test_segment_norms_and_slice_copies_match_numpy(name, values):
     """Two primitives the error feedback leans on: float64 norms (TensorFlow's
     chunked, here several chunks a segment) and a slice copy into a buffer."""
     ops, vector, buffer = backend(name)
-    ops.norm_chunk = ops.chunk = 300  # used by the backends that cast a chunk at a time
+    ops.chunk = 300  # used by the backends that cast a chunk at a time
     bounds = [(0, 10), (10, 10), (10, 700), (700, 1000)]
     expected = [math.fsum(float(v) ** 2 for v in values[s:e]) for s, e in bounds]
     assert np.allclose(ops.segment_sq_norms(buffer(values.copy()), bounds), expected, rtol=1e-12)

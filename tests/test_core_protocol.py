@@ -159,7 +159,7 @@ def test_indices_travel_as_int32_only_when_every_position_fits(n, wire):
         seen = []
         comm._allgather = lambda x, counts, inner=comm._allgather: seen.append(x.dtype) or inner(
             x, counts)
-        context = StepContext(NumpyOps(), comm, layout, 0, "configuration", True, None, None)
+        context = StepContext(NumpyOps(), comm, layout, 0, "configuration", True, None)
         context.exchange_header()
         gathered = context.allgather_indices(sent, [2, 2])
         return gathered, seen

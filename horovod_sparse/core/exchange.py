@@ -58,22 +58,21 @@ class StepContext:
     The context is the sparsifier's only way to the other ranks.  Its first
     collective must be :meth:`exchange_header`; every other collective asked
     for before it raises ``RuntimeError``, and so does :meth:`new_aggregate`:
-    ``output()`` gives the step's output buffer, which is the old residual's
-    storage (``core.feedback``), free only once the step can no longer be
+    the step's output buffer is the old residual's storage
+    (``ErrorFeedback.output``), free only once the step can no longer be
     refused.  Collectives are timed and metered
     by the communicator; the ``*_values`` and ``*_indices`` forms apply the
     wire formats (values in :attr:`wire_dtype`, indices as int32 unless the
     model has more than ``2**31`` elements).
     """
 
-    def __init__(self, ops, comm, layout, step, configuration, finite, output, feedback,
+    def __init__(self, ops, comm, layout, step, configuration, finite, feedback,
                  reduction="average", model=None):
         self.ops, self.layout, self.step = ops, layout, step
         self.model = layout if model is None else model  # checked in the header
         self.wire_dtype = wire_dtype(self.model)
         self.configuration, self.finite, self.reduction = configuration, finite, reduction
         self._comm = comm
-        self._output = output
         self._aggregate = None
         self._feedback = feedback
         self._header_exchanged = False
@@ -91,7 +90,7 @@ class StepContext:
         """This step's dense output buffer, zeroed (after the header only)."""
         self._payload()
         if self._aggregate is None:
-            self._aggregate = self._output()
+            self._aggregate = self._feedback.output()
         else:
             self.ops.fill_zero(self._aggregate)
         return self._aggregate
@@ -328,7 +327,7 @@ class GradientExchange:
         self.feedback.begin(sparse, split.held_in(split.sparse, held), like, layout.n)
         acc, dense, finite = self._gather(split, grads, held, like)
         context = StepContext(self.ops, self.comm, sparse, self.step_count, self.configuration,
-                              finite=finite, output=self.feedback.output, feedback=self.feedback,
+                              finite=finite, feedback=self.feedback,
                               reduction=self.reduction, model=layout)
         method = DENSE_STEP if kind == "dense" else self.sparsifier
         try:

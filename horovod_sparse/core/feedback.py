@@ -236,8 +236,8 @@ class ErrorFeedback:
         """Make the new velocity the current one (a held gradient's kept)."""
         if self.momentum:
             buffer = self._velocity
-            for start, stop in self._held:  # spare[start:stop] = current[start:stop]
-                self.ops.add_slice(buffer.spare, buffer.current, 0.0, start, stop)
+            for start, stop in self._held:
+                self.ops.copy_slice(buffer.spare, buffer.current[start:stop], start, stop)
             buffer.swap()
 
     def _sparsified(self, buffer):
@@ -249,7 +249,7 @@ class ErrorFeedback:
     def _empty_current(self):
         """Zero the residual's buffer; return copies of its held gradients' slices."""
         current, ops = self._residual.current, self.ops
-        held = [ops.take(current, ops.arange(start, stop, current)) for start, stop in self._held]
+        held = [ops.multiply(current[start:stop], 1.0) for start, stop in self._held]  # copies
         ops.fill_zero(current)
         return held
 

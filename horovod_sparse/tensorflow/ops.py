@@ -7,7 +7,7 @@ from ..core.ops import ArrayOps
 
 
 class TensorFlowOps(ArrayOps):
-    norm_chunk = 1 << 20  # elements cast to float64 at a time by segment_sq_norms
+    chunk = 1 << 20  # elements cast to float64 at a time by segment_sq_norms
 
     def zeros(self, n, like):
         with tf.device(like.device):
@@ -64,7 +64,7 @@ class TensorFlowOps(ArrayOps):
     def segment_sq_norms(self, x, bounds):
         if not bounds:
             return np.zeros(0, dtype=np.float64)
-        chunk = self.norm_chunk  # no float64 copy of a whole segment
+        chunk = self.chunk  # no float64 copy of a whole segment
         return np.array([sum(float(tf.reduce_sum(tf.square(tf.cast(x[first:min(first + chunk, e)],
                                                                   tf.float64))))
                              for first in range(s, e, chunk)) for s, e in bounds],
