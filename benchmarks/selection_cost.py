@@ -14,8 +14,7 @@ Next to them, from the same run and the same vector:
 
 * ``topk(n)``: ``torch.topk`` of the magnitudes over the whole vector;
 * ``read(n/P)``: one read of the worker's share (``share.sum()``: no
-  output to allocate, so no page faults in the figure)
-  (``share.abs()``), the practical floor.
+  output to allocate, so no page faults in the figure), the practical floor.
 
 Notes on the roles: hard threshold gets the threshold that selects ``k`` of
 the stream's base vector (its default ``1/(2 sqrt(k))`` is not tied to the

@@ -28,24 +28,24 @@ the ladder was built on).
   that code does (:attr:`PaperControl.sends_one_when_empty`).
 * :class:`AdaptiveControl` (default, ours): rungs every 0.4 % (in log) from
   a floor (about ``low``) times the last threshold up to twice it, plus 8
-  coarse rungs up to 4 times it; the rung whose global count is nearest ``k`` (in
-  ``|log(K/k)|``) is chosen *in the same step*, so the density error is only
-  the ladder's resolution (a 0.4 % threshold step moves the count by about
-  ``0.4 a`` % for a tail ``K(thr) ~ thr^-a``), and a jump of the gradient
-  scale within the ladder is absorbed at once.  ``low = 4 ** (-1/a)``
-  (clipped to ``[0.5, 0.95]``) follows the measured exponent ``a``, keeping
-  the candidates (elements above the lowest rung) near ``4 k`` at the last
-  step's scale: each costs a write in the selection pass and a place in the
-  ladder count.  After a step whose threshold rose, the floor is the lower
-  of ``low`` and the previous threshold (a one-step spike can fall back in
-  one step); after a fall it is ``low`` times that fall (a steady fall is
-  followed; a sudden fall of more than the floor's reach sends fewer than
-  ``k`` for one step, the residual keeping the rest).  Error feedback piles
-  magnitudes up below the threshold: on
-  the wide MLP (``benchmarks/synthetic.py``, 2 ranks) ``a`` is 25-30 and
-  the threshold rises ~2 % a step; the former floor (``low`` capped at 0.8,
-  times that rise) admitted ~30x k candidates and made the selection 3.9x
-  one read of the share, this one ~8.5x k and 2.4x (one run, 2026-12-06).
+  coarse rungs up to 4 times it; the rung whose global count is nearest
+  ``k`` (in ``|log(K/k)|``) is chosen *in the same step*, so the density
+  error is only the ladder's resolution (a 0.4 % threshold step moves the
+  count by about ``0.4 a`` % for a tail ``K(thr) ~ thr^-a``), and a jump of
+  the gradient scale within the ladder is absorbed at once.
+  ``low = 4 ** (-1/a)`` (clipped to ``[0.5, 0.95]``) follows the measured
+  exponent ``a``, keeping the candidates (elements above the lowest rung)
+  near ``4 k`` at the last step's scale: each costs a write in the selection
+  pass and a place in the ladder count.  After a step whose threshold rose,
+  the floor is the lower of ``low`` and the previous threshold (a one-step
+  spike can fall back in one step); after a fall it is ``low`` times that
+  fall (a steady fall is followed; a sudden fall beyond the floor sends
+  fewer than ``k`` for one step, the residual keeping the rest).  Error
+  feedback piles magnitudes up below the threshold: on the wide MLP
+  (``benchmarks/synthetic.py``, 2 ranks) ``a`` is 25-30 and the threshold
+  rises ~2 % a step; the former floor (``low`` capped at 0.8, times that
+  rise) admitted ~30x k candidates and made the selection 3.9x one read of
+  the share, this one ~8.5x k and 2.4x (one run, 2026-12-06).
 """
 
 import math
