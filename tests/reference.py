@@ -98,14 +98,9 @@ def paper_next(thr, K, k):
     return thr * 0.995
 
 
-def ladder(thr, low, trend):
-    """Our controller's rungs: every 0.004 in log from the floor to 0.7, then 8 up to log 4.
-    The floor: low, but back to the previous threshold after a rise (trend > 1) and
-    as far again below after a fall (trend < 1)."""
-    if trend > 1:
-        floor = math.log(min(low, 1 / trend))
-    else:
-        floor = math.log(low * trend)
+def ladder(thr, low, fall):
+    """Our controller's rungs: every 0.004 in log from log(low * fall) to 0.7, then 8 up to log 4."""
+    floor = math.log(low * fall)
     count = int((0.7 - floor) / 0.004) + 1
     logs = [floor + 0.004 * j for j in range(count)]
     logs += list(np.linspace(0.7, math.log(4.0), 9)[1:])
@@ -230,7 +225,7 @@ def exclusive(grads, density, control="adaptive", rebalance=None, initial="estim
     P, n = len(grads[0]), grads[0][0].size
     k = k_of(density, n)
     residuals = [np.zeros(n, np.float32) for _ in range(P)]
-    thr, low, trend, records, last_counts = None, 0.5, 1.0, [], None
+    thr, low, fall, records, last_counts = None, 0.5, 1.0, [], None
     if initial == "paper":
         thr = 1.0 / (2.0 * math.sqrt(k))
     if rebalance is not None:
@@ -253,7 +248,7 @@ def exclusive(grads, density, control="adaptive", rebalance=None, initial="estim
         owned = [bounds[(t + r) % P] for r in range(P)]
         if thr is None:
             thr = first_threshold(accs, owned, k)
-        rungs = [max(thr, TINY)] if control == "paper" else ladder(thr, low, trend)
+        rungs = [max(thr, TINY)] if control == "paper" else ladder(thr, low, fall)
         rungs32 = [np.float32(r) for r in rungs]
         per_worker = []  # per worker: count at every rung
         for acc, (start, stop) in zip(accs, owned):
@@ -287,10 +282,10 @@ def exclusive(grads, density, control="adaptive", rebalance=None, initial="estim
             continue
         if chosen > 0 and totals[chosen] > 0:
             a = math.log(totals[0] / totals[chosen]) / math.log(rungs[chosen] / rungs[0])
-            low = min(max(4.0 ** (-1.0 / max(a, 1e-3)), 0.5), 0.95)
+            low = min(max(4.0 ** (-1.0 / max(a, 1e-3)), 0.5), 0.8)
         else:
-            low = max(0.5, low ** 4)
-        trend = max(rungs[chosen] / thr, 0.5)
+            low = 0.5
+        fall = min(1.0, thr / rungs[chosen])
         thr = max(rungs[chosen], TINY) if k / 16 <= K <= 16 * k else None
     return records
 

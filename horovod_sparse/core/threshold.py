@@ -27,25 +27,14 @@ the ladder was built on).
   A rank that selects nothing sends one coordinate of its partition, as
   that code does (:attr:`PaperControl.sends_one_when_empty`).
 * :class:`AdaptiveControl` (default, ours): rungs every 0.4 % (in log) from
-  a floor (about ``low``) times the last threshold up to twice it, plus 8
-  coarse rungs up to 4 times it; the rung whose global count is nearest
-  ``k`` (in ``|log(K/k)|``) is chosen *in the same step*, so the density
-  error is only the ladder's resolution (a 0.4 % threshold step moves the
-  count by about ``0.4 a`` % for a tail ``K(thr) ~ thr^-a``), and a jump of
-  the gradient scale within the ladder is absorbed at once.
-  ``low = 4 ** (-1/a)`` (clipped to ``[0.5, 0.95]``) follows the measured
-  exponent ``a``, keeping the candidates (elements above the lowest rung)
-  near ``4 k`` at the last step's scale: each costs a write in the selection
-  pass and a place in the ladder count.  After a step whose threshold rose,
-  the floor is the lower of ``low`` and the previous threshold (a one-step
-  spike can fall back in one step); after a fall it is ``low`` times that
-  fall (a steady fall is followed; a sudden fall beyond the floor sends
-  fewer than ``k`` for one step, the residual keeping the rest).  Error
-  feedback piles magnitudes up below the threshold: on the wide MLP
-  (``benchmarks/synthetic.py``, 2 ranks) ``a`` is 25-30 and the threshold
-  rises ~2 % a step; the former floor (``low`` capped at 0.8, times that
-  rise) admitted ~30x k candidates and made the selection 3.9x one read of
-  the share, this one ~8.5x k and 2.4x (one run, 2026-12-06).
+  ``low`` times the last threshold up to twice it, plus 8 coarse rungs up
+  to 4 times it; the rung whose global count is nearest ``k`` (in
+  ``|log(K/k)|``) is chosen *in the same step*, so the density error is only
+  the ladder's resolution (a 0.4 % threshold step moves the count by about
+  ``0.4 a`` % for a tail ``K(thr) ~ thr^-a``), and a jump of the gradient
+  scale within the ladder is absorbed at once.  ``low = 4 ** (-1/a)``
+  (clipped to ``[0.5, 0.8]``) follows the measured exponent ``a``, keeping
+  the candidates (elements above ``low * thr``) within a few ``k``.
 """
 
 import math
@@ -113,34 +102,25 @@ class AdaptiveControl:
     """Same-step choice from a ladder of thresholds (our controller).
 
     Hyper-parameters: ``resolution`` (0.004, log spacing of the fine rungs),
-    ``span`` (0.7: fine rungs reach ``e**span`` times the last threshold),
+    ``span`` (0.5: fine rungs reach ``e**span`` times the last threshold),
     ``reach`` (4: 8 coarse rungs from there up to ``reach`` times it),
-    ``low`` in ``[0.5, 0.95]`` (starts at 0.5; after a step that chose the
-    lowest rung, ``max(0.5, low**4)``).  The floor (:meth:`floor`) follows
-    the last step's change ``trend = chosen / base``: after a rise (a
-    one-step spike of the gradient scale) it reaches back to the threshold
-    before it; after a fall it reaches as much further down (a steady fall,
-    as the loss drops, is followed at once).
+    ``low`` in ``[0.5, 0.8]`` (starts at 0.5: the lowest rung and candidate
+    floor).  After a step whose threshold rose (a one-step spike of the
+    gradient scale), the floor also reaches the threshold before it.
     """
 
     name = "adaptive"
     sends_one_when_empty = False
     reestimates = True  # re-measures from the data after a count far from k
     resolution, span, reach, coarse = 0.004, 0.7, 4.0, 8
-    low_range = (0.5, 0.95)
+    low_range = (0.5, 0.8)
 
     def __init__(self):
         self.low = self.low_range[0]
-        self.trend = 1.0  # the last step's chosen threshold / the one its ladder was built on
-
-    def floor(self):
-        """The lowest rung, as a multiple of the threshold: ``low``, reaching back to
-        the previous threshold after a rise (``min(low, 1 / trend)``) and ahead
-        by the same fall after a fall (``low * trend``)."""
-        return min(self.low, 1.0 / self.trend) if self.trend >= 1.0 else self.low * self.trend
+        self.fall = 1.0  # previous / current threshold when it rose, else 1
 
     def rungs(self, threshold):
-        floor = math.log(self.floor())
+        floor = math.log(self.low * self.fall)
         fine = floor + self.resolution * np.arange(int((self.span - floor) / self.resolution) + 1)
         coarse = np.linspace(self.span, math.log(self.reach), self.coarse + 1)[1:]
         return threshold * np.exp(np.concatenate([fine, coarse]))
@@ -155,19 +135,17 @@ class AdaptiveControl:
         if chosen > 0 and counts[chosen] > 0:
             exponent = math.log(counts[0] / counts[chosen]) / math.log(rungs[chosen] / rungs[0])
             self.low = min(max(4.0 ** (-1.0 / max(exponent, 1e-3)), low), high)
-        else:  # the lowest rung: the threshold lies below the ladder
-            self.low = max(low, self.low ** 4)
+        else:
+            self.low = low
         chosen_threshold = float(rungs[chosen])
-        self.trend = max(chosen_threshold / base, 0.5)
+        self.fall = min(1.0, base / chosen_threshold)
         return chosen_threshold
 
     def state_dict(self):
-        return {"low": self.low, "trend": self.trend}
+        return {"low": self.low, "fall": self.fall}
 
     def load_state_dict(self, state):
-        self.low = float(state["low"])
-        # checkpoints before "trend" kept fall = min(1, previous / current)
-        self.trend = float(state["trend"]) if "trend" in state else 1.0 / float(state["fall"])
+        self.low, self.fall = float(state["low"]), float(state["fall"])
 
 
 CONTROLS = {"paper": PaperControl, "adaptive": AdaptiveControl}
