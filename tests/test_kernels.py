@@ -59,11 +59,13 @@ def test_abs_ge_entries_match_flatnonzero(dtype, start, stop):
 
 
 @pytest.mark.parametrize("share", [0.0, 0.3, 1.0])
-def test_abs_ge_entries_when_many_elements_pass(share):
-    """Hits in most blocks of several chunks (the output grows chunk by chunk)."""
+@pytest.mark.parametrize("expected", [0, 100_000, 10 ** 7])
+def test_abs_ge_entries_when_many_elements_pass(share, expected):
+    """Hits in most blocks of several chunks: the output grows chunk by chunk from
+    the default size, from a hint too small, or never (a hint larger than the range)."""
     x = tie_heavy(3 * 4096 * 64 + 1001, seed=1, kind="cauchy")
     threshold = np.quantile(np.abs(x), 1 - share) if share else 0.0
-    indices, values = kernels.abs_ge_entries(x, threshold, 11, x.size - 5)
+    indices, values = kernels.abs_ge_entries(x, threshold, 11, x.size - 5, expected)
     assert np.array_equal(indices, reference_abs_ge(x, threshold, 11, x.size - 5))
     assert np.array_equal(values, x[indices])
 

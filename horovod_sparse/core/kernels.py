@@ -16,12 +16,14 @@ kernels keep each phase at one pass:
   which on a small model's step costs more than the read;
 * :func:`abs_ge_entries` finds ``|x_i| >= t`` (indices and values) with one
   vectorized read: it writes a 64-bit hit mask per 64-element block, a chunk
-  of blocks at a time, and walks the set bits of each mask (the block still
-  in L1), so a hit costs a few instructions, not a re-scan of its block;
+  of blocks at a time, and walks the set bits of each mask (the chunk still
+  in L2) by count-trailing-zeros, so a hit costs a few instructions, not a
+  re-scan of its block; the caller's estimate of the hits sizes the output;
 * :func:`count_abs_ge_each` counts ``|x_i| >= t_j`` for a whole ladder of
   thresholds in one read (each element starts at the first rung of its
   float's exponent-and-top-mantissa key and steps over the one or two rungs
-  inside it), where sorting the magnitudes would cost ``m log m``;
+  inside it without a branch), where sorting the magnitudes would cost
+  ``m log m``;
 * :func:`sketch_encode` and :func:`sketch_estimate` add a vector into a Count
   Sketch and read its estimates back (:mod:`horovod_sparse.core.sketch`),
   hashing each coordinate once per row in registers: no index or sign vector
@@ -37,6 +39,7 @@ import numpy as np
 
 try:
     import numba
+    from numba.cpython.unsafe.numbers import trailing_zeros  # one tzcnt instruction
 except ImportError:  # pragma: no cover - numba is a requirement; this keeps a broken install usable
     numba = None
 
@@ -46,11 +49,8 @@ SCAN_CHUNK = 1 << 16  # elements per step of the numpy scan
 LANES = 8  # independent float64 sums in sq_norm (a power of two)
 _COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no float16
 KEY_SHIFT = 16  # float32 bits >> 16: the exponent and 7 mantissa bits (128 keys an octave)
-# The lowest set bit of a mask m, isolated as b = m & -m, is bit BIT_OF[(b * DE_BRUIJN) >> 58]:
-# the de Bruijn sequence's 64 six-bit windows are distinct (a count-trailing-zeros in 3 steps).
-DE_BRUIJN = 0x03F79D71B4CB0A89
-BIT_OF = np.zeros(64, np.int64)
-BIT_OF[[((1 << bit) * DE_BRUIJN % (1 << 64)) >> 58 for bit in range(64)]] = np.arange(64)
+HISTOGRAMS = 4  # interleaved copies of the ladder's histogram
+MIN_CAPACITY = 1024  # entries abs_ge_entries makes room for at least
 FLOAT32_MAX = np.float32(np.finfo(np.float32).max)
 HASH_PRIME = 2 ** 31 - 1  # the sketch's Mersenne modulus: products of two residues fit in int64
 
@@ -148,16 +148,13 @@ if numba is not None:
     @_jit
     def _write_hits(rows, first, last, masks, start, indices, values, count):
         for b in range(first, last):
-            mask = masks[b - first]
-            if mask:
-                row, base = rows[b], start + b * BLOCK
-                while mask:
-                    lowest = mask & (~mask + np.uint64(1))
-                    j = BIT_OF[(lowest * np.uint64(DE_BRUIJN)) >> np.uint64(58)]
-                    indices[count] = base + j
-                    values[count] = row[j]
-                    count += 1
-                    mask ^= lowest
+            mask, base = masks[b - first], start + b * BLOCK
+            while mask:  # the set bits, lowest first
+                j = trailing_zeros(mask)
+                indices[count] = base + j
+                values[count] = rows[b, j]
+                count += 1
+                mask &= mask - np.uint64(1)
         return count
 
     @_jit
@@ -168,11 +165,11 @@ if numba is not None:
         return grown_indices, grown_values
 
     @_jit
-    def _compiled_abs_ge_entries(x, threshold, start, stop):
+    def _compiled_abs_ge_entries(x, threshold, start, stop, capacity):
         blocks = (stop - start) // BLOCK
         rows = x[start:start + blocks * BLOCK].reshape((blocks, BLOCK))
         masks = np.empty(BLOCKS_PER_CHUNK, np.uint64)
-        indices, values = np.empty(1024, np.int64), np.empty(1024, x.dtype)
+        indices, values = np.empty(capacity, np.int64), np.empty(capacity, x.dtype)
         count = 0
         for first in range(0, blocks, BLOCKS_PER_CHUNK):
             last = min(first + BLOCKS_PER_CHUNK, blocks)
@@ -188,7 +185,7 @@ if numba is not None:
             if abs(x[i]) >= threshold:
                 indices[count], values[count] = i, x[i]
                 count += 1
-        return indices[:count].copy(), values[:count].copy()
+        return indices[:count], values[:count]
 
     @_jit_counting
     def _compiled_nonfinite32(bits):
@@ -251,8 +248,11 @@ if numba is not None:
                 coefficients[r, 4], coefficients[r, 5])
 
     @_jit
-    def _compiled_count_abs_ge_each(bits, rungs, first_rung, lowest_key):
-        per_bucket = np.zeros(rungs.size + 1, np.int64)  # bucket b: b rungs are <= |x_i|
+    def _compiled_count_abs_ge_each(bits, padded_rungs, rung_count, first_rung, lowest_key,
+                                    steps):
+        # bucket b: b rungs are <= |x_i|; HISTOGRAMS interleaved copies, so that runs
+        # of equal buckets do not wait on each other's increments
+        per_bucket = np.zeros((HISTOGRAMS, rung_count + 1), np.int64)
         highest_key = lowest_key + first_rung.size - 1
         for i in range(bits.size):
             magnitude_bits = bits[i] & 0x7FFFFFFF
@@ -260,17 +260,17 @@ if numba is not None:
             if key < lowest_key:    # below the key of the lowest rung: under every rung
                 bucket = 0
             elif key > highest_key:  # above the key of the highest (inf, NaN too): over all
-                bucket = rungs.size
-            else:
+                bucket = rung_count
+            else:  # step over the rungs inside the key, branch-free (+inf pads the end)
                 bucket = first_rung[key - lowest_key]
                 magnitude = np.int32(magnitude_bits).view(np.float32)
-                while bucket < rungs.size and rungs[bucket] <= magnitude:
-                    bucket += 1
-            per_bucket[bucket] += 1
-        counts = np.zeros(rungs.size, np.int64)
+                for _ in range(steps):
+                    bucket += padded_rungs[bucket] <= magnitude
+            per_bucket[i % HISTOGRAMS, bucket] += 1
+        counts = np.zeros(rung_count, np.int64)
         above = 0
-        for j in range(rungs.size - 1, -1, -1):  # the count at rung j: buckets above j
-            above += per_bucket[j + 1]
+        for j in range(rung_count - 1, -1, -1):  # the count at rung j: buckets above j
+            above += per_bucket[:, j + 1].sum()
             counts[j] = above
         return counts
 
@@ -325,9 +325,12 @@ def count_abs_ge_each(x, thresholds):
     if rungs.size == 0:
         return np.zeros(0, np.int64)
     keys = (np.maximum(rungs[[0, -1]], 0).view(np.int32) & 0x7FFFFFFF) >> KEY_SHIFT
-    key_floors = (np.arange(keys[0], keys[1] + 1, dtype=np.int32) << KEY_SHIFT).view(np.float32)
-    first_rung = np.searchsorted(rungs, key_floors, side="left").astype(np.int64)
-    return _compiled_count_abs_ge_each(x.view(np.int32), rungs, first_rung, np.int64(keys[0]))
+    key_floors = (np.arange(keys[0], keys[1] + 2, dtype=np.int32) << KEY_SHIFT).view(np.float32)
+    rungs_below = np.searchsorted(rungs, key_floors, side="left").astype(np.int64)
+    steps = int(np.diff(rungs_below).max())  # the most rungs inside one key
+    padded = np.concatenate([rungs, np.full(steps, np.inf, rungs.dtype)])
+    return _compiled_count_abs_ge_each(x.view(np.int32), padded, rungs.size, rungs_below[:-1],
+                                       np.int64(keys[0]), steps)
 
 
 def sketch_compiled(x):
@@ -349,15 +352,18 @@ def sketch_estimate(table, start, stop, coefficients, columns):
     return out
 
 
-def abs_ge_entries(x, threshold, start, stop):
+def abs_ge_entries(x, threshold, start, stop, expected=0):
     """``(i, x[i])`` for the ``i`` in ``[start, stop)`` with ``|x[i]| >= threshold``
     (int64 indices ascending, and their values), the threshold compared in
-    ``x``'s precision."""
+    ``x``'s precision.  ``expected`` (a hint, any value is correct) sizes the
+    output up front: each time it overflows it is copied into one twice as
+    large, which on a million entries costs more than the scan."""
     threshold = x.dtype.type(threshold)
     if (numba is None or x.dtype not in _COMPILED_DTYPES or stop - start <= 0
             or not x.flags.c_contiguous):
         return _numpy_abs_ge_entries(x, threshold, start, stop)
-    return _compiled_abs_ge_entries(x, threshold, start, stop)
+    capacity = min(max(int(expected), MIN_CAPACITY), stop - start)
+    return _compiled_abs_ge_entries(x, threshold, start, stop, capacity)
 
 
 def abs_ge_indices(x, threshold, start, stop):

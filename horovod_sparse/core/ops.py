@@ -72,7 +72,8 @@ def topk_abs(x, k, start, stop, sample=SAMPLE):
     rank = int(1.25 * expected + 4 * np.sqrt(expected) + 8)  # a margin of about 4 sigma
     while rank < sample // 4:
         threshold = np.partition(magnitudes, sample - rank)[sample - rank]
-        candidates, values = kernels.abs_ge_entries(x, threshold, start, stop)
+        # about rank * stride candidates; room for twice that
+        candidates, values = kernels.abs_ge_entries(x, threshold, start, stop, 2 * rank * stride)
         if candidates.size >= k:
             magnitude = np.abs(values)
             kth = np.partition(magnitude, magnitude.size - k)[magnitude.size - k]
@@ -214,8 +215,9 @@ class ArrayOps(abc.ABC):
         self.zero_at(x, indices)
         self.scatter_add(x, indices, lost)
 
-    def abs_ge_entries(self, x, threshold, start, stop):
-        """``(indices, x[indices])`` for the ``indices`` of :meth:`abs_ge_indices`."""
+    def abs_ge_entries(self, x, threshold, start, stop, expected=0):
+        """``(indices, x[indices])`` for the ``indices`` of :meth:`abs_ge_indices`;
+        ``expected``, about how many there will be, is a hint a backend may use."""
         indices = self.abs_ge_indices(x, threshold, start, stop)
         return indices, self.take(x, indices)
 
@@ -295,8 +297,8 @@ class NumpyOps(ArrayOps):
     def abs_ge_indices(self, x, threshold, start, stop):
         return kernels.abs_ge_indices(x, threshold, start, stop)
 
-    def abs_ge_entries(self, x, threshold, start, stop):
-        return kernels.abs_ge_entries(x, threshold, start, stop)
+    def abs_ge_entries(self, x, threshold, start, stop, expected=0):
+        return kernels.abs_ge_entries(x, threshold, start, stop, expected)
 
     def topk_abs_indices(self, x, k, start, stop):
         return topk_abs(x, k, start, stop)

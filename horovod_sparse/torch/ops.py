@@ -76,11 +76,12 @@ class TorchOps(ArrayOps):
             found.append(torch.nonzero(mask[:last - first]).squeeze(1) + first)
         return torch.cat(found) if found else torch.empty(0, dtype=torch.int64, device=x.device)
 
-    def abs_ge_entries(self, x, threshold, start, stop):
+    def abs_ge_entries(self, x, threshold, start, stop, expected=0):
         host = _host_view(x)
         if host is None:
             return super().abs_ge_entries(x, threshold, start, stop)
-        return tuple(map(torch.from_numpy, _NUMPY.abs_ge_entries(host, threshold, start, stop)))
+        return tuple(map(torch.from_numpy,
+                         _NUMPY.abs_ge_entries(host, threshold, start, stop, expected)))
 
     def topk_abs_indices(self, x, k, start, stop):
         host = _host_view(x)

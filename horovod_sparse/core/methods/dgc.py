@@ -119,7 +119,7 @@ class DGC(Sparsifier):
         k = max(1, math.floor(density * n))
         with context.timed_selection():
             threshold = self.sampled_threshold(acc, context, density)
-            indices, values = ops.abs_ge_entries(acc, threshold, 0, n)
+            indices, values = ops.abs_ge_entries(acc, threshold, 0, n, 2 * k)
             if len(indices) > self.overshoot * k:
                 chosen = ops.topk_abs_indices(values, k, 0, len(indices))
                 indices, values = ops.take(indices, chosen), ops.take(values, chosen)

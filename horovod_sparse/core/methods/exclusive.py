@@ -49,10 +49,11 @@ _TINY = float(np.finfo(np.float32).tiny)
 _REESTIMATE_RATIO = 16.0
 
 
-def ladder_candidates(ops, acc, rungs, start, stop):
-    """One pass over ``acc[start:stop]``: the elements at or above the lowest rung,
-    their values, and this rank's count at every rung (ascending ``rungs``)."""
-    candidates, values = ops.abs_ge_entries(acc, rungs[0], start, stop)
+def ladder_candidates(ops, acc, rungs, start, stop, expected=0):
+    """One pass over ``acc[start:stop]``: the elements at or above the lowest rung
+    (about ``expected`` of them, a hint), their values, and this rank's count at
+    every rung (ascending ``rungs``)."""
+    candidates, values = ops.abs_ge_entries(acc, rungs[0], start, stop, expected)
     return candidates, values, ops.count_abs_ge_each(values, rungs)
 
 
@@ -69,6 +70,7 @@ class ExclusivePartitionSparsifier(Sparsifier):
         self.threshold = None
         self.last_counts = None  # k_i of the last completed step ...
         self.last_step = None    # ... and which step that was
+        self.last_candidates = 0  # this rank's candidates in its last scan (a size hint)
 
     # -- partition layout (overridden by ExDyna) ------------------------------
     def partition_bounds(self, n, size, step):
@@ -93,7 +95,9 @@ class ExclusivePartitionSparsifier(Sparsifier):
             threshold = max(initial_threshold(acc, k, start, stop, context), _TINY)
         rungs = np.maximum(self.control.rungs(threshold), _TINY)
         with context.timed_selection():
-            candidates, magnitudes, ladder = ladder_candidates(ops, acc, rungs, start, stop)
+            candidates, magnitudes, ladder = ladder_candidates(ops, acc, rungs, start, stop,
+                                                               2 * self.last_candidates)
+            self.last_candidates = len(candidates)
             if self.control.sends_one_when_empty and not len(candidates) and stop > start:
                 first = start + context.step % (stop - start)
                 candidates = ops.arange(first, first + 1, acc)
