@@ -94,7 +94,7 @@ def benchmark(args, method):
         optimizer.zero_grad()
         loss = F.cross_entropy(model(data), target)
         loss.backward()
-        losses.append(float(loss))
+        losses.append(loss.item())
         backward_done = time.perf_counter()
         optimizer.synchronize()
         synchronized = time.perf_counter()

@@ -175,6 +175,21 @@ def test_all_finite_is_isfinite_all(dtype, bad):
     assert kernels.all_finite(x.reshape(10, 100)) == bool(np.isfinite(x).all())
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("offset", [0, 1, 5])
+@pytest.mark.parametrize("size", [0, 3, 1000, kernels.STREAM_MIN_BYTES // 2 + 17])
+def test_fill_zero_zeroes_exactly_the_vector(dtype, offset, size):
+    """Streamed (a vector of at least STREAM_MIN_BYTES, from any alignment: a
+    head and a tail around the aligned lines) or not, and nothing around it."""
+    outer = np.full(size + offset + 40, -1.5, dtype)
+    kernels.fill_zero(outer[offset:offset + size])
+    assert not outer[offset:offset + size].any()
+    assert (outer[:offset] == -1.5).all() and (outer[offset + size:] == -1.5).all()
+    strided = np.full(2 * size + 2, 3.0, dtype)
+    kernels.fill_zero(strided[::2])
+    assert not strided[::2].any() and (strided[1::2] == 3.0).all()
+
+
 def test_abs_ge_entries_of_a_strided_vector():
     x = tie_heavy(20_000, seed=2, kind="cauchy")[::2]
     indices, values = kernels.abs_ge_entries(x, 1.0, 3, x.size - 3)

@@ -39,7 +39,9 @@ import numpy as np
 
 try:
     import numba
+    from llvmlite import ir
     from numba.cpython.unsafe.numbers import trailing_zeros  # one tzcnt instruction
+    from numba.extending import intrinsic
 except ImportError:  # pragma: no cover - numba is a requirement; this keeps a broken install usable
     numba = None
 
@@ -50,6 +52,8 @@ LANES = 8  # independent float64 sums in sq_norm (a power of two)
 _COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no float16
 KEY_SHIFT = 16  # float32 bits >> 16: the exponent and 7 mantissa bits (128 keys an octave)
 HISTOGRAMS = 4  # interleaved copies of the ladder's histogram
+LINE = 64  # bytes of a cache line: the streaming zero's store
+STREAM_MIN_BYTES = 1 << 22  # smaller buffers are zeroed through the cache (they stay in it)
 MIN_CAPACITY = 1024  # entries abs_ge_entries makes room for at least
 FLOAT32_MAX = np.float32(np.finfo(np.float32).max)
 HASH_PRIME = 2 ** 31 - 1  # the sketch's Mersenne modulus: products of two residues fit in int64
@@ -200,6 +204,29 @@ if numba is not None:
         for i in range(bits.size):
             count += (bits[i] & 0x7FF0000000000000) == 0x7FF0000000000000
         return count
+
+    @intrinsic
+    def _stream_zero_line(typingctx, data, offset):
+        """Store a line of zero bytes at ``data[offset:offset + LINE]`` (aligned)
+        with LLVM's ``!nontemporal`` hint: x86's ``movntdq``, which does not
+        read the line into the cache before writing it."""
+        def codegen(context, builder, signature, args):
+            array = context.make_array(signature.args[0])(context, builder, args[0])
+            line = ir.VectorType(ir.IntType(8), LINE)
+            address = builder.bitcast(builder.gep(array.data, [args[1]]), line.as_pointer())
+            store = builder.store(ir.Constant(line, [0] * LINE), address, align=LINE)
+            store.set_metadata("nontemporal",
+                               builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return numba.types.void(data, offset), codegen
+
+    @_jit
+    def _compiled_stream_zero(data):
+        head = min(-data.ctypes.data % LINE, data.size)  # bytes up to the first line
+        data[:head] = 0
+        lines_end = head + (data.size - head) // LINE * LINE
+        for offset in range(head, lines_end, LINE):
+            _stream_zero_line(data, offset)
+        data[lines_end:] = 0
 
     @_jit
     def _compiled_sq_norm(x):
@@ -369,6 +396,17 @@ def abs_ge_entries(x, threshold, start, stop, expected=0):
 def abs_ge_indices(x, threshold, start, stop):
     """The indices of :func:`abs_ge_entries`."""
     return abs_ge_entries(x, threshold, start, stop)[0]
+
+
+def fill_zero(x):
+    """Zero the vector ``x`` in place.  A large contiguous one is written with
+    streaming stores, straight to memory: a plain store first reads each line
+    it writes, so this is about twice as fast (and leaves ``x`` out of the
+    caches, where a buffer this size would not stay anyway)."""
+    if numba is None or x.nbytes < STREAM_MIN_BYTES or not x.flags.c_contiguous:
+        x.fill(0)
+    else:
+        _compiled_stream_zero(x.reshape(-1).view(np.uint8))
 
 
 def sq_norm(x):

@@ -323,7 +323,7 @@ class NumpyOps(ArrayOps):
         np.add(a[start:stop], b, out=out[start:stop])
 
     def fill_zero(self, x):
-        x.fill(0)
+        kernels.fill_zero(x)
 
     def all_finite(self, x):
         return kernels.all_finite(x)

@@ -48,7 +48,11 @@ class TorchOps(ArrayOps):
         torch.add(a[start:stop], b, out=out[start:stop])
 
     def fill_zero(self, x):
-        x.zero_()
+        host = _host_view(x)
+        if host is None:
+            x.zero_()
+        else:
+            _NUMPY.fill_zero(host)
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
                          momentum=0.0, nesterov=False):
