@@ -70,7 +70,7 @@ class ExclusivePartitionSparsifier(Sparsifier):
         self.threshold = None
         self.last_counts = None  # k_i of the last completed step ...
         self.last_step = None    # ... and which step that was
-        self.last_candidates = 0  # this rank's candidates in its last scan (a size hint)
+        self.mean_candidates = 0  # per rank in the last step's scans: sizes the next scan's output
 
     # -- partition layout (overridden by ExDyna) ------------------------------
     def partition_bounds(self, n, size, step):
@@ -96,8 +96,7 @@ class ExclusivePartitionSparsifier(Sparsifier):
         rungs = np.maximum(self.control.rungs(threshold), _TINY)
         with context.timed_selection():
             candidates, magnitudes, ladder = ladder_candidates(ops, acc, rungs, start, stop,
-                                                               2 * self.last_candidates)
-            self.last_candidates = len(candidates)
+                                                               2 * self.mean_candidates)
             if self.control.sends_one_when_empty and not len(candidates) and stop > start:
                 first = start + context.step % (stop - start)
                 candidates = ops.arange(first, first + 1, acc)
@@ -106,6 +105,7 @@ class ExclusivePartitionSparsifier(Sparsifier):
         table = (context.allgather_host(np.array(fields, dtype=np.int64)) if estimating
                  else context.exchange_header(*fields))
         totals = table[:, 1:].sum(axis=0)  # global count at every rung
+        self.mean_candidates = int(table[:, 0].mean())
         chosen = self.control.choose(totals, k)
         counts = table[:, 1 + chosen]
         with context.timed_selection():
