@@ -77,6 +77,11 @@ def oversubscription_note(ranks_on_host):
             "timings)")
 
 
+FLOORS_NOTE = ("MiCRO and ExDyna collect their candidates inside the accumulating pass "
+               "(in *other*); their selection is the ladder count over the candidates and the "
+               "final pick.")
+
+
 def relative_to_floors(results):
     """Add to each result (with ``floor_*_ms`` and a ``dense`` row among ``results``)
     its selection as a multiple of one read of the share and its "other" beyond

@@ -30,7 +30,7 @@ import tempfile
 
 from horovod_sparse.core.fallback import AutoFallback
 import testbed
-from common import DENSE, relative_to_floors, rows
+from common import DENSE, FLOORS_NOTE, relative_to_floors, rows
 from report import Table, figure, provenance, write_page
 from synthetic import throughput_table
 
@@ -106,7 +106,8 @@ def write(results, args):
                 "per-element pass is timed while another rank holds the core. ")
              + "The link is the part a cluster shares. *sel/read*: selection as a multiple of "
              "one read of the rank's share; *extra/acc*: the method's other minus dense's, as a "
-             "multiple of one accumulate pass over n (floors measured in each run).", ""]
+             f"multiple of one accumulate pass over n (floors measured in each run). {FLOORS_NOTE}",
+             ""]
     for rate, rate_rows in results.items():
         lines += [f"## {rate}", "", *throughput_table(rate_rows).markdown(rate_rows), ""]
     write_page(f"{page}.md", lines + [f"![throughput]({page}.png)", ""])

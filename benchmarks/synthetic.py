@@ -41,7 +41,8 @@ import horovod.torch as hvd
 
 import horovod_sparse
 import horovod_sparse.torch as hs
-from common import DENSE, best_ms, oversubscription_note, relative_to_floors, row_options, rows
+from common import (DENSE, FLOORS_NOTE, best_ms, oversubscription_note, relative_to_floors,
+                    row_options, rows)
 from report import Table, figure, provenance, summarize, write_page
 MODELS = {"wide": (4096, [4096, 2048], 1000), "small": (64, [256, 256], 10)}
 
@@ -188,7 +189,7 @@ def write_docs(results, args):
              f"(read gradient and residual, write acc) {results[0]['floor_accumulate_ms']:.1f} ms; "
              f"one read of n/P {results[0]['floor_read_share_ms']:.1f} ms. *sel/read*: selection "
              "as a multiple of the read; *extra/acc*: the method's other minus dense's other, as a "
-             "multiple of the accumulate pass.", "",
+             f"multiple of the accumulate pass. {FLOORS_NOTE}", "",
              *throughput_table(results, ("density", "density", ".5f")).markdown(results),
              "", "![throughput](synthetic.png)", ""]
     write_page("synthetic.md", lines)

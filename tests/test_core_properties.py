@@ -146,6 +146,45 @@ def test_a_worker_selecting_nothing_still_takes_part():
         np.testing.assert_array_equal(per_rank[0][step]["aggregate"], per_rank[1][step]["aggregate"])
 
 
+@pytest.mark.parametrize("method", ["micro", "exdyna"])
+def test_partition_family_collects_its_candidates_while_accumulating(method):
+    """From the second step on (the threshold is known before the step) the
+    candidates come from the accumulating pass -- a share over several
+    gradients, one of them held at step 3 -- with the aggregates and residuals
+    of scanning ``acc`` afterwards."""
+    shapes, steps, ranks = [(300, 200), (7,), (40_000,), (999,)], 6, 3
+    layout = layout_of(shapes)
+    grads = [[dyadic_gradient(r, t, 1, shapes) for t in range(steps)] for r in range(ranks)]
+
+    def run(collect):
+        def worker(comm):
+            exchange = GradientExchange(create(method, density=0.01), NumpyOps(), comm)
+            if not collect:
+                exchange.sparsifier.scan_request = lambda *request: None
+            scanned, collected, outputs = exchange.feedback.scanned, [], []
+
+            def spy(*scan):
+                found = scanned(*scan)
+                collected.append(found is not None)
+                return found
+            exchange.feedback.scanned = spy
+            for t in range(steps):
+                held = (1,) if t == 3 else ()
+                flat = grads[comm.rank][t]
+                aggregate = exchange.step([None if i in held else flat[s:e]
+                                           for i, (s, e) in enumerate(layout.bounds)],
+                                          layout, held)
+                outputs.append((np.array(aggregate), np.array(exchange.feedback.residual)))
+            return collected, outputs
+        return run_simulated(ranks, worker)
+
+    for (collected, outputs), (not_collected, expected) in zip(run(True), run(False)):
+        assert collected == [False] + [True] * (steps - 1) and not any(not_collected)
+        for got, want in zip(outputs, expected):
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+
+
 def _exchange_steps(method, grads_by_rank, layouts, nonfinite="raise"):
     def worker(comm):
         exchange = GradientExchange(create(method, density=0.05), NumpyOps(), comm, nonfinite)

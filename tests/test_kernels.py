@@ -147,6 +147,44 @@ def test_accumulate_reports_a_nonfinite_result(bad, where):
     assert kernels.accumulate(acc, residual, grad, 1.0, *velocity, 0.9) is False
 
 
+CHUNK = kernels.SCAN_CHUNK_BLOCKS * kernels.BLOCK  # elements accumulate_scan writes, then scans
+
+
+@pytest.mark.parametrize("lo,hi", [(10, 11), (0, 200_003), (64, CHUNK + 64), (5, 3 * CHUNK + 1001),
+                                   (CHUNK - 1, 2 * CHUNK + 7)])
+@pytest.mark.parametrize("scale", [1.0, 0.375])
+@pytest.mark.parametrize("expected", [0, 10 ** 6])
+def test_accumulate_scan_is_accumulate_then_abs_ge_entries(lo, hi, scale, expected):
+    """Within one gradient's slice ``[3, 200_003)`` of a longer ``acc``, the scan
+    over any sub-range (chunk-aligned or not, one or several chunks)."""
+    rng = np.random.default_rng(lo + hi)
+    residual = tie_heavy(200_010, seed=lo, kind="cauchy")
+    grad = tie_heavy(200_000, seed=hi, kind="cauchy")
+    lo, hi = max(lo, 3), min(hi, 200_003)
+    threshold = float(np.quantile(np.abs(residual), 0.9))
+    want = np.full(200_010, rng.standard_normal(), np.float32)
+    want[3:200_003] = residual[3:200_003] + grad * np.float32(scale)
+    acc = np.full(200_010, want[0], np.float32)
+    finite, indices, values = kernels.accumulate_scan(acc, residual, grad, scale, 3, 200_003,
+                                                      lo, hi, threshold, expected)
+    assert finite is True and np.array_equal(acc, want)
+    assert np.array_equal(indices, reference_abs_ge(want, threshold, lo, hi))
+    assert np.array_equal(values, want[indices])
+
+
+def test_accumulate_scan_of_a_gradient_in_acc_itself_and_nonfinite():
+    residual = tie_heavy(3 * CHUNK, seed=3, kind="cauchy")
+    acc = tie_heavy(3 * CHUNK, seed=4, kind="cauchy")
+    want = residual + acc
+    acc[CHUNK + 5] = np.inf
+    finite, indices, values = kernels.accumulate_scan(acc, residual, acc, 1.0, 0, acc.size,
+                                                      100, 2 * CHUNK, 1.0)
+    assert finite is False
+    want[CHUNK + 5] = np.inf
+    assert np.array_equal(acc, want)
+    assert np.array_equal(indices, reference_abs_ge(want, 1.0, 100, 2 * CHUNK))
+
+
 def test_accumulate_of_the_largest_float_is_finite():
     largest = np.full(1000, np.finfo(np.float32).max, np.float32)
     acc, zeros = np.empty(1000, np.float32), np.zeros(1000, np.float32)

@@ -114,6 +114,12 @@ class StepContext:
     def timed_selection(self):
         return _Stopwatch(self)
 
+    def scanned(self, start, stop, threshold):
+        """The ``(indices, values)`` of ``|acc_i| >= threshold`` over ``[start, stop)``
+        when the sparsifier's :meth:`~.methods.base.Sparsifier.scan_request` asked
+        for exactly that scan (collected while ``acc`` was formed), else ``None``."""
+        return self._feedback.scanned(start, stop, threshold)
+
     # -- the header ---------------------------------------------------------------
     def exchange_header(self, *fields):
         """Allgather ``[layout fp, configuration fp, non-finite, *fields]``; check it
@@ -325,7 +331,7 @@ class GradientExchange:
         self.comm.reset_traffic()
         like = next(grad for i, grad in enumerate(grads) if i not in held)
         self.feedback.begin(sparse, split.held_in(split.sparse, held), like, layout.n)
-        acc, dense, finite = self._gather(split, grads, held, like)
+        acc, dense, finite = self._gather(split, grads, held, like, kind)
         context = StepContext(self.ops, self.comm, sparse, self.step_count, self.configuration,
                               finite=finite, feedback=self.feedback,
                               reduction=self.reduction, model=layout)
@@ -539,15 +545,20 @@ class GradientExchange:
         self.history.append(metrics)
         self.step_count += 1
 
-    def _gather(self, split, grads, held, like):
+    def _gather(self, split, grads, held, like, kind):
         """``(acc, dense, all finite)``: error feedback over the sparsified gradients
-        (``acc``, ``None`` when there are none) and the dense part's vector (``None``
-        when there is none), both of one clipping scale."""
+        (``acc``, ``None`` when there are none; in the same pass, the scan the
+        sparsifier asks for on a ``kind="sparse"`` step) and the dense part's
+        vector (``None`` when there is none), both of one clipping scale."""
         scale = self._clip_scale(grads, split.layout, held)
         acc, finite = None, True
         n_sparse = split.sparse_layout.n
         if n_sparse:
-            acc = self.feedback.accumulate([grads[i] for i in split.sparse], scale)
+            scan = None
+            if kind == "sparse" and not self.feedback.momentum:
+                scan = self.sparsifier.scan_request(n_sparse, self.comm.rank, self.comm.size,
+                                                    self.step_count)
+            acc = self.feedback.accumulate([grads[i] for i in split.sparse], scale, scan)
             finite = self.feedback.finite
             if finite is None:
                 finite = self.ops.all_finite(acc)

@@ -122,6 +122,7 @@ class ErrorFeedback:
         self._held = ()        # (start, stop) of this step's held gradients
         self._set_aside = ()   # their residuals while the output holds the residual's buffer
         self.finite = None  # whether the last acc is all finite (None: not checked)
+        self._scan = self._found = None  # accumulate's scan request and what it collected
 
     @property
     def residual(self):
@@ -149,7 +150,7 @@ class ErrorFeedback:
         self._held = tuple(layout.bounds[i] for i in held)
         self._set_aside = ()
 
-    def accumulate(self, grads, scale=None):
+    def accumulate(self, grads, scale=None, scan=None):
         """Return ``acc = residual + grads`` (``residual + u`` with momentum, ``residual
         + m u + grads`` with Nesterov) in the spare buffer, where the last step's
         output was (a gradient may be a view of it there).
@@ -159,19 +160,44 @@ class ErrorFeedback:
         entries are not read (``None`` will do).  One pass per gradient;
         :attr:`finite` tells whether every element of ``acc`` is finite where
         the backend checked in that pass (``None`` otherwise).
+
+        ``scan = (start, stop, threshold, expected)`` (without momentum) also
+        collects the ``(i, acc_i)`` with ``|acc_i| >= threshold``, ``i`` in
+        ``[start, stop)`` (about ``expected``), in the same pass where the
+        backend can: :meth:`scanned` returns them.
         """
         ops = self.ops
         acc = self._residual.spare
         velocity = (self._velocity.spare, self._velocity.current) if self.momentum else None
         self.finite = True
+        self._scan, found = scan, []
         for i, (grad, (start, stop)) in enumerate(zip(grads, self._layout.bounds)):
-            if i in self._held_positions:
+            if i in self._held_positions:  # zeros: under any scan's threshold (> 0)
                 ops.fill_zero(acc[start:stop])
                 continue
-            finite = ops.accumulate_slice(acc, self._residual.current, grad, start, stop, scale, velocity,
-                                          self.momentum, self.nesterov)
+            lo, hi = (start, start) if scan is None else (max(start, scan[0]), min(stop, scan[1]))
+            if lo < hi:
+                share = scan[3] * (hi - lo) // (scan[1] - scan[0])
+                finite, indices, values = ops.accumulate_scan_slice(
+                    acc, self._residual.current, grad, start, stop, scale,
+                    (lo, hi, scan[2], share))
+                found.append((indices, values))
+            else:
+                finite = ops.accumulate_slice(acc, self._residual.current, grad, start, stop,
+                                              scale, velocity, self.momentum, self.nesterov)
             self.finite = None if finite is None or self.finite is None else self.finite and finite
+        self._found = found[0] if len(found) == 1 else (
+            ops.concat([indices for indices, _ in found]),
+            ops.concat([values for _, values in found])) if found else None
         return self._sparsified(acc)
+
+    def scanned(self, start, stop, threshold):
+        """``(indices, values)`` collected by this step's :meth:`accumulate` for
+        exactly this range and threshold, or ``None`` (not asked for, or the range
+        lies in held gradients)."""
+        if self._scan is None or tuple(self._scan[:3]) != (start, stop, threshold):
+            return None
+        return self._found
 
     def output(self):
         """The step's output buffer, zeroed, for a step past its header: the old

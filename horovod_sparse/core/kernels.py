@@ -47,6 +47,7 @@ except ImportError:  # pragma: no cover - numba is a requirement; this keeps a b
 
 BLOCK = 64        # elements per block of the scan: one bit each in a uint64 mask
 BLOCKS_PER_CHUNK = 4096  # blocks whose masks are held at once (32 KiB; the chunk, 1 MiB, in L2)
+SCAN_CHUNK_BLOCKS = 1024  # blocks accumulate_scan writes, then scans (256 KiB of acc)
 SCAN_CHUNK = 1 << 16  # elements per step of the numpy scan
 LANES = 8  # independent float64 sums in sq_norm (a power of two)
 _COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no float16
@@ -169,12 +170,11 @@ if numba is not None:
         return grown_indices, grown_values
 
     @_jit
-    def _compiled_abs_ge_entries(x, threshold, start, stop, capacity):
+    def _append_abs_ge(x, threshold, start, stop, masks, indices, values, count):
+        """Append the ``(i, x[i])`` with ``|x[i]| >= threshold``, ``i`` in ``[start,
+        stop)``, at ``count`` (the buffers grown as needed); return them and the count."""
         blocks = (stop - start) // BLOCK
         rows = x[start:start + blocks * BLOCK].reshape((blocks, BLOCK))
-        masks = np.empty(BLOCKS_PER_CHUNK, np.uint64)
-        indices, values = np.empty(capacity, np.int64), np.empty(capacity, x.dtype)
-        count = 0
         for first in range(0, blocks, BLOCKS_PER_CHUNK):
             last = min(first + BLOCKS_PER_CHUNK, blocks)
             _block_masks(rows, first, last, threshold, masks)
@@ -189,7 +189,36 @@ if numba is not None:
             if abs(x[i]) >= threshold:
                 indices[count], values[count] = i, x[i]
                 count += 1
+        return indices, values, count
+
+    @_jit
+    def _compiled_abs_ge_entries(x, threshold, start, stop, capacity):
+        masks = np.empty(BLOCKS_PER_CHUNK, np.uint64)
+        indices, values = np.empty(capacity, np.int64), np.empty(capacity, x.dtype)
+        indices, values, count = _append_abs_ge(x, threshold, start, stop, masks, indices,
+                                                values, 0)
         return indices[:count], values[:count]
+
+    @_jit
+    def _compiled_accumulate_scan(acc, residual, grad, scale, start, stop, lo, hi, threshold,
+                                  capacity):
+        # acc[start:stop] = residual[start:stop] + scale * grad, and the hits in [lo, hi)
+        # collected a chunk at a time, right after the chunk is written (still in L2)
+        finite = _compiled_accumulate(acc[start:lo], residual[start:lo], grad[:lo - start],
+                                      scale)
+        masks = np.empty(BLOCKS_PER_CHUNK, np.uint64)
+        indices, values = np.empty(capacity, np.int64), np.empty(capacity, acc.dtype)
+        count = 0
+        for first in range(lo, hi, SCAN_CHUNK_BLOCKS * BLOCK):
+            last = min(first + SCAN_CHUNK_BLOCKS * BLOCK, hi)
+            chunk_finite = _compiled_accumulate(acc[first:last], residual[first:last],
+                                                grad[first - start:last - start], scale)
+            finite = finite and chunk_finite
+            indices, values, count = _append_abs_ge(acc, threshold, first, last, masks, indices,
+                                                    values, count)
+        tail_finite = _compiled_accumulate(acc[hi:stop], residual[hi:stop], grad[hi - start:],
+                                           scale)
+        return finite and tail_finite, indices[:count], values[:count]
 
     @_jit_counting
     def _compiled_nonfinite32(bits):
@@ -391,6 +420,23 @@ def abs_ge_entries(x, threshold, start, stop, expected=0):
         return _numpy_abs_ge_entries(x, threshold, start, stop)
     capacity = min(max(int(expected), MIN_CAPACITY), stop - start)
     return _compiled_abs_ge_entries(x, threshold, start, stop, capacity)
+
+
+def accumulate_scan(acc, residual, grad, scale, start, stop, lo, hi, threshold, expected=0):
+    """:func:`accumulate` of one gradient into ``acc[start:stop]`` (``residual``
+    and ``acc`` whole vectors, ``grad`` the gradient; no momentum) that also
+    returns :func:`abs_ge_entries` of ``acc`` over ``[lo, hi)`` (inside
+    ``[start, stop)``): ``(all finite, indices, values)``.  The compiled path
+    scans each chunk of ``acc`` right after writing it, while it is still in
+    the cache, so collecting costs no second read from memory."""
+    compiled = numba is not None and acc.flags.c_contiguous and acc.dtype == np.float32 and (
+        grad.dtype == np.float32)
+    if not compiled:
+        finite = accumulate(acc[start:stop], residual[start:stop], grad, scale)
+        return (finite, *abs_ge_entries(acc, threshold, lo, hi, expected))
+    capacity = min(max(int(expected), MIN_CAPACITY), hi - lo)
+    return _compiled_accumulate_scan(acc, residual, grad, np.float32(scale), start, stop, lo, hi,
+                                     np.float32(threshold), max(capacity, 1))
 
 
 def abs_ge_indices(x, threshold, start, stop):

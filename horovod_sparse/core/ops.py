@@ -207,6 +207,16 @@ class ArrayOps(abc.ABC):
         self.add_slice(acc, residual, grad, start, stop)
         return None
 
+    def accumulate_scan_slice(self, acc, residual, grad, start, stop, scale, scan):
+        """:meth:`accumulate_slice` without momentum that also collects
+        :meth:`abs_ge_entries` of the new ``acc`` for ``scan = (lo, hi, threshold,
+        expected)`` (``[lo, hi)`` inside ``[start, stop)``): returns ``(finite,
+        indices, values)``, ``finite`` as :meth:`accumulate_slice`'s.  A backend
+        that can collects in the same pass."""
+        finite = self.accumulate_slice(acc, residual, grad, start, stop, scale)
+        lo, hi, threshold, expected = scan
+        return (finite, *self.abs_ge_entries(acc, threshold, lo, hi, expected))
+
     def keep_rounding_error(self, x, indices, dtype):
         """``x[i] -= float32(dtype(x[i]))`` at ``indices``, in place: what rounding
         to the wire ``dtype`` (``"float16"``) loses stays behind."""
@@ -334,6 +344,11 @@ class NumpyOps(ArrayOps):
                                                           velocity[1][start:stop])
         return kernels.accumulate(acc[start:stop], residual[start:stop], grad,
                                   1.0 if scale is None else scale, new, old, momentum, nesterov)
+
+    def accumulate_scan_slice(self, acc, residual, grad, start, stop, scale, scan):
+        lo, hi, threshold, expected = scan
+        return kernels.accumulate_scan(acc, residual, grad, 1.0 if scale is None else scale,
+                                       start, stop, lo, hi, threshold, expected)
 
     def count_abs_ge_each(self, x, thresholds):
         return kernels.count_abs_ge_each(x, thresholds)

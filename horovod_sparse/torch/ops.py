@@ -63,6 +63,13 @@ class TorchOps(ArrayOps):
         return _NUMPY.accumulate_slice(views[0], views[1], views[2], start, stop, scale,
                                        views[3:] or None, momentum, nesterov)
 
+    def accumulate_scan_slice(self, acc, residual, grad, start, stop, scale, scan):
+        views = [_host_view(t) for t in (acc, residual, grad)]
+        if grad.dtype != torch.float32 or any(view is None for view in views):
+            return super().accumulate_scan_slice(acc, residual, grad, start, stop, scale, scan)
+        finite, indices, values = _NUMPY.accumulate_scan_slice(*views, start, stop, scale, scan)
+        return finite, torch.from_numpy(indices), torch.from_numpy(values)
+
     def all_finite(self, x):
         # A finite sum means every element is finite; only an overflowing sum needs the full check.
         return math.isfinite(float(x.sum())) or bool(torch.isfinite(x).all())

@@ -55,6 +55,14 @@ class Sparsifier:
     def k(self, n):
         return max(1, math.floor(self.density * n))
 
+    def scan_request(self, n, rank, size, step):
+        """``(start, stop, threshold, expected)``: the scan of ``|acc_i| >=
+        threshold`` over ``[start, stop)`` (about ``expected`` hits) that
+        ``exchange`` will make at ``step``, for the driver to collect while it
+        forms ``acc`` (``context.scanned``); ``None`` (the default): none known
+        before the step."""
+        return None
+
     def state_dict(self):
         return {}
 

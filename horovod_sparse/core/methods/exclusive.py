@@ -49,14 +49,6 @@ _TINY = float(np.finfo(np.float32).tiny)
 _REESTIMATE_RATIO = 16.0
 
 
-def ladder_candidates(ops, acc, rungs, start, stop, expected=0):
-    """One pass over ``acc[start:stop]``: the elements at or above the lowest rung
-    (about ``expected`` of them, a hint), their values, and this rank's count at
-    every rung (ascending ``rungs``)."""
-    candidates, values = ops.abs_ge_entries(acc, rungs[0], start, stop, expected)
-    return candidates, values, ops.count_abs_ge_each(values, rungs)
-
-
 class ExclusivePartitionSparsifier(Sparsifier):
     """Threshold selection inside a rotating exclusive partition (MiCRO's core)."""
 
@@ -81,22 +73,45 @@ class ExclusivePartitionSparsifier(Sparsifier):
         pass
 
     # -------------------------------------------------------------------------
+    def _known_threshold(self, k):
+        """This step's threshold, ``None`` while it must be measured from the data."""
+        if self.threshold is None and self.last_step is None and self.initial_threshold == "paper":
+            return paper_initial_threshold(k)
+        return self.threshold
+
+    def _rungs(self, threshold):
+        return np.maximum(self.control.rungs(threshold), _TINY)
+
+    def _owned(self, n, rank, size, step):
+        """``((start, stop) of this rank's partition, the layout state to commit)``."""
+        bounds, layout_state = self.partition_bounds(n, size, step)
+        return bounds[owned_partition(step, rank, size)], layout_state
+
+    def scan_request(self, n, rank, size, step):
+        """The candidate scan, lowest rung up over the owned partition, when the
+        threshold is known before the step."""
+        threshold = self._known_threshold(self.k(n))
+        if threshold is None:  # measured from acc itself
+            return None
+        (start, stop), _ = self._owned(n, rank, size, step)
+        return start, stop, self._rungs(threshold)[0], 2 * self.mean_candidates
+
     def exchange(self, acc, context):
         ops, n, size = context.ops, context.layout.n, context.size
         k = self.k(n)
-        bounds, layout_state = self.partition_bounds(n, size, context.step)
-        start, stop = bounds[owned_partition(context.step, context.rank, size)]
-        threshold = self.threshold
-        if threshold is None and self.last_step is None and self.initial_threshold == "paper":
-            threshold = paper_initial_threshold(k)
+        (start, stop), layout_state = self._owned(n, context.rank, size, context.step)
+        threshold = self._known_threshold(k)
         estimating = threshold is None
         if estimating:  # measured from the data by a collective, so after the header
             context.exchange_header()
             threshold = max(initial_threshold(acc, k, start, stop, context), _TINY)
-        rungs = np.maximum(self.control.rungs(threshold), _TINY)
+        rungs = self._rungs(threshold)
         with context.timed_selection():
-            candidates, magnitudes, ladder = ladder_candidates(ops, acc, rungs, start, stop,
-                                                               2 * self.mean_candidates)
+            scanned = context.scanned(start, stop, rungs[0])
+            if scanned is None:
+                scanned = ops.abs_ge_entries(acc, rungs[0], start, stop, 2 * self.mean_candidates)
+            candidates, magnitudes = scanned
+            ladder = ops.count_abs_ge_each(magnitudes, rungs)
             if self.control.sends_one_when_empty and not len(candidates) and stop > start:
                 first = start + context.step % (stop - start)
                 candidates = ops.arange(first, first + 1, acc)
