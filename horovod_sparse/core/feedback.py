@@ -186,9 +186,9 @@ class ErrorFeedback:
                 finite = ops.accumulate_slice(acc, self._residual.current, grad, start, stop,
                                               scale, velocity, self.momentum, self.nesterov)
             self.finite = None if finite is None or self.finite is None else self.finite and finite
-        self._found = found[0] if len(found) == 1 else (
-            ops.concat([indices for indices, _ in found]),
-            ops.concat([values for _, values in found])) if found else None
+        if len(found) > 1:  # a share over several gradients
+            found = [tuple(ops.concat(list(part)) for part in zip(*found))]
+        self._found = found[0] if found else None
         return self._sparsified(acc)
 
     def scanned(self, start, stop, threshold):

@@ -127,6 +127,9 @@ if numba is not None:
     # lets the loop vectorize, but not "no NaNs" / "no infs" (NaN compares false).
     _jit_masks = numba.njit(nogil=True, cache=True,
                             fastmath={"reassoc", "nsz", "arcp", "contract", "afn"})
+    # Multiply-adds fused where the product is exact (a float32's square in float64), so
+    # the one rounding is the add's, as unfused: the same sums at half the instructions.
+    _jit_fused_multiply_add = numba.njit(nogil=True, cache=True, fastmath={"contract"})
 
     @_jit_masks
     def _block_masks(rows, first, last, threshold, masks):
@@ -257,15 +260,17 @@ if numba is not None:
             _stream_zero_line(data, offset)
         data[lines_end:] = 0
 
-    @_jit
-    def _compiled_sq_norm(x):
+    @numba.njit(inline="always")  # compiled inside each caller, with the caller's flags
+    def _sq_norm_lanes(x):
         # LANES interleaved float64 sums (independent, so they pipeline): lane j
-        # takes x[i] for i = j mod LANES, in order; a float32's square is exact in float64
+        # takes x[i] for i = j mod LANES, in order; a float32's square is exact in
+        # float64.  Rows of LANES keep the sums in registers.
         lanes = np.zeros(LANES)
         whole = x.size - x.size % LANES
-        for i in range(0, whole, LANES):
+        rows = x[:whole].reshape((whole // LANES, LANES))
+        for r in range(rows.shape[0]):
             for j in range(LANES):
-                value = np.float64(x[i + j])
+                value = np.float64(rows[r, j])
                 lanes[j] += value * value
         for i in range(whole, x.size):
             value = np.float64(x[i])
@@ -273,6 +278,14 @@ if numba is not None:
         while lanes.size > 1:  # pairwise: ((l0 + l1) + (l2 + l3)) + ...
             lanes = lanes[0::2] + lanes[1::2]
         return lanes[0]
+
+    @_jit_fused_multiply_add
+    def _compiled_sq_norm32(x):
+        return _sq_norm_lanes(x)
+
+    @_jit
+    def _compiled_sq_norm64(x):  # a float64's square is rounded: no fusing
+        return _sq_norm_lanes(x)
 
     @_jit
     def _compiled_accumulate(acc, residual, grad, scale):
@@ -459,7 +472,8 @@ def sq_norm(x):
     """``sum_i x_i^2`` of the vector ``x`` as a Python float, accumulated in float64
     without a float64 copy of ``x`` (the numpy path casts a chunk at a time)."""
     if numba is not None and x.dtype in _COMPILED_DTYPES and x.flags.c_contiguous:
-        return float(_compiled_sq_norm(x.reshape(-1)))
+        compiled = _compiled_sq_norm32 if x.dtype == np.float32 else _compiled_sq_norm64
+        return float(compiled(x.reshape(-1)))
     total = 0.0
     for first in range(0, x.shape[0], SCAN_CHUNK):
         chunk = x[first:first + SCAN_CHUNK].astype(np.float64)

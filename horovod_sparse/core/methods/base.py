@@ -57,7 +57,7 @@ class Sparsifier:
 
     def scan_request(self, n, rank, size, step):
         """``(start, stop, threshold, expected)``: the scan of ``|acc_i| >=
-        threshold`` over ``[start, stop)`` (about ``expected`` hits) that
+        threshold > 0`` over ``[start, stop)`` (about ``expected`` hits) that
         ``exchange`` will make at ``step``, for the driver to collect while it
         forms ``acc`` (``context.scanned``); ``None`` (the default): none known
         before the step."""
