@@ -194,10 +194,12 @@ class ErrorFeedback:
     def scanned(self, start, stop, threshold):
         """``(indices, values)`` collected by this step's :meth:`accumulate` for
         exactly this range and threshold, or ``None`` (not asked for, or the range
-        lies in held gradients)."""
+        lies in held gradients).  Handed over: the feedback keeps no reference,
+        so they live no longer than the step that uses them."""
         if self._scan is None or tuple(self._scan[:3]) != (start, stop, threshold):
             return None
-        return self._found
+        found, self._scan, self._found = self._found, None, None
+        return found
 
     def output(self):
         """The step's output buffer, zeroed, for a step past its header: the old
