@@ -9,6 +9,10 @@ kernels keep each phase at one pass:
   Nesterov: ``acc = residual + m u + scale * grad``)
   and checks that every result is finite in the same loop, on the value in
   its register (at the speed of numpy's ``add`` alone);
+  :func:`accumulate_scan` also collects :func:`abs_ge_entries` over a range
+  of the new ``acc``, each chunk while it is still in cache;
+* :func:`fill_zero` zeroes a large buffer with streaming stores, which skip
+  reading the lines they overwrite;
 * :func:`sq_norm` sums the squares in float64 in one read (numpy's and
   torch's float64 casts each allocate a float64 copy, twice the gradient);
 * :func:`all_finite` checks a vector with one read of its exponent bits, on
