@@ -425,6 +425,12 @@ def sketch_estimate(table, start, stop, coefficients, columns):
     return out
 
 
+def _capacity(expected, size):
+    """Entries to make room for up front: the ``expected`` hits, at least
+    ``MIN_CAPACITY``, at most the ``size`` of the range (and at least one)."""
+    return max(1, min(max(int(expected), MIN_CAPACITY), size))
+
+
 def abs_ge_entries(x, threshold, start, stop, expected=0):
     """``(i, x[i])`` for the ``i`` in ``[start, stop)`` with ``|x[i]| >= threshold``
     (int64 indices ascending, and their values), the threshold compared in
@@ -435,8 +441,7 @@ def abs_ge_entries(x, threshold, start, stop, expected=0):
     if (numba is None or x.dtype not in _COMPILED_DTYPES or stop - start <= 0
             or not x.flags.c_contiguous):
         return _numpy_abs_ge_entries(x, threshold, start, stop)
-    capacity = min(max(int(expected), MIN_CAPACITY), stop - start)
-    return _compiled_abs_ge_entries(x, threshold, start, stop, capacity)
+    return _compiled_abs_ge_entries(x, threshold, start, stop, _capacity(expected, stop - start))
 
 
 def accumulate_scan(acc, residual, grad, scale, start, stop, lo, hi, threshold, expected=0):
@@ -451,9 +456,8 @@ def accumulate_scan(acc, residual, grad, scale, start, stop, lo, hi, threshold, 
     if not compiled:
         finite = accumulate(acc[start:stop], residual[start:stop], grad, scale)
         return (finite, *abs_ge_entries(acc, threshold, lo, hi, expected))
-    capacity = min(max(int(expected), MIN_CAPACITY), hi - lo)
     return _compiled_accumulate_scan(acc, residual, grad, np.float32(scale), start, stop, lo, hi,
-                                     np.float32(threshold), max(capacity, 1))
+                                     np.float32(threshold), _capacity(expected, hi - lo))
 
 
 def abs_ge_indices(x, threshold, start, stop):

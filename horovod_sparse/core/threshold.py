@@ -33,8 +33,10 @@ the ladder was built on).
   the ladder's resolution (a 0.4 % threshold step moves the count by about
   ``0.4 a`` % for a tail ``K(thr) ~ thr^-a``), and a jump of the gradient
   scale within the ladder is absorbed at once.  ``low = 4 ** (-1/a)``
-  (clipped to ``[0.5, 0.8]``) follows the measured exponent ``a``, keeping
-  the candidates (elements above ``low * thr``) within a few ``k``.
+  (clipped to ``[0.5, 0.8]``) follows the measured exponent ``a``, bounding
+  the candidates (elements above ``low * thr``): a few ``k`` on moderate
+  tails, 8-30 ``k`` on the steep ones error feedback piles up below the
+  threshold (the wide MLP of ``benchmarks/synthetic.py``).
 """
 
 import math
@@ -102,7 +104,7 @@ class AdaptiveControl:
     """Same-step choice from a ladder of thresholds (our controller).
 
     Hyper-parameters: ``resolution`` (0.004, log spacing of the fine rungs),
-    ``span`` (0.5: fine rungs reach ``e**span`` times the last threshold),
+    ``span`` (0.7: fine rungs reach ``e**span``, about twice, the last threshold),
     ``reach`` (4: 8 coarse rungs from there up to ``reach`` times it),
     ``low`` in ``[0.5, 0.8]`` (starts at 0.5: the lowest rung and candidate
     floor).  After a step whose threshold rose (a one-step spike of the

@@ -87,6 +87,12 @@ class ExclusivePartitionSparsifier(Sparsifier):
         bounds, layout_state = self.partition_bounds(n, size, step)
         return bounds[owned_partition(step, rank, size)], layout_state
 
+    @property
+    def _expected_candidates(self):
+        """This step's scan's size hint: twice the last step's mean per rank (a rank's
+        own count alternates with the rotating share)."""
+        return 2 * self.mean_candidates
+
     def scan_request(self, n, rank, size, step):
         """The candidate scan, lowest rung up over the owned partition, when the
         threshold is known before the step."""
@@ -94,7 +100,7 @@ class ExclusivePartitionSparsifier(Sparsifier):
         if threshold is None:  # measured from acc itself
             return None
         (start, stop), _ = self._owned(n, rank, size, step)
-        return start, stop, self._rungs(threshold)[0], 2 * self.mean_candidates
+        return start, stop, self._rungs(threshold)[0], self._expected_candidates
 
     def exchange(self, acc, context):
         ops, n, size = context.ops, context.layout.n, context.size
@@ -109,7 +115,7 @@ class ExclusivePartitionSparsifier(Sparsifier):
         with context.timed_selection():
             scanned = context.scanned(start, stop, rungs[0])
             if scanned is None:
-                scanned = ops.abs_ge_entries(acc, rungs[0], start, stop, 2 * self.mean_candidates)
+                scanned = ops.abs_ge_entries(acc, rungs[0], start, stop, self._expected_candidates)
             candidates, magnitudes = scanned
             ladder = ops.count_abs_ge_each(magnitudes, rungs)
             if self.control.sends_one_when_empty and not len(candidates) and stop > start:
