@@ -85,10 +85,12 @@ FLOORS_NOTE = ("MiCRO and ExDyna collect their candidates inside the accumulatin
 def relative_to_floors(results):
     """Add to each result (with ``floor_*_ms`` and a ``dense`` row among ``results``)
     its selection as a multiple of one read of the share and its "other" beyond
-    dense's as a multiple of one accumulate pass over ``n``."""
+    dense's (the dense iterations that alternated with it, where they did) as a
+    multiple of one accumulate pass over ``n``."""
     dense_other = next((r["other_ms"] for r in results if r["method"] == DENSE), None)
     for r in results:
         r["selection_x_read"] = r["selection_ms"] / r["floor_read_share_ms"]
-        r["extra_other_x_accumulate"] = (float("nan") if dense_other is None else
-                                         (r["other_ms"] - dense_other) / r["floor_accumulate_ms"])
+        other = r.get("paired_dense_other_ms", dense_other)
+        r["extra_other_x_accumulate"] = (float("nan") if other is None else
+                                         (r["other_ms"] - other) / r["floor_accumulate_ms"])
     return results

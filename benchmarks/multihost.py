@@ -104,7 +104,10 @@ def write(results, args):
                 f"{os.cpu_count()} cores. " if 2 * args.ranks_per_host <= os.cpu_count() else
                 f"The ranks outnumber the machine's {os.cpu_count()} cores, so every "
                 "per-element pass is timed while another rank holds the core. ")
-             + "The link is the part a cluster shares. *sel/read*: selection as a multiple of "
+             + "The link is the part a cluster shares. *wait*: a sparse step's wait in "
+             "`synchronize()` before its exchange starts (Horovod's round of placeholders, "
+             "which also waits for the slower rank's backward pass); other: the exchange's local "
+             "work and the optimizer update. *sel/read*: selection as a multiple of "
              "one read of the rank's share; *extra/acc*: the method's other minus dense's, as a "
              f"multiple of one accumulate pass over n (floors measured in each run). {FLOORS_NOTE}",
              ""]

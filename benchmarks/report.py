@@ -94,6 +94,7 @@ def summarize(history, times=np.mean):
     return {"selection_ms": 1e3 * over(lambda m: m.selection_time, times),
             "communication_ms": 1e3 * over(lambda m: m.communication_time, times),
             "exchange_ms": 1e3 * over(lambda m: m.selection_time + m.communication_time, times),
+            "total_ms": 1e3 * over(lambda m: m.total_time, times),
             "bytes_per_step": over(lambda m: m.bytes_sent + m.bytes_received),
             "dense_step_share": over(lambda m: m.extra.get("fallback", False)),
             **{key: over(lambda m, key=key: getattr(m, key))

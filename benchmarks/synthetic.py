@@ -9,12 +9,19 @@ X +-Y``.  Models: ``wide`` (an MLP 4096-4096-2048-1000 on 4096 features,
 27.2M parameters: communication-heavy, little compute per parameter) and
 ``small`` (an MLP 64-256-256-10, 85k parameters).  Besides throughput it
 reports the density and bytes per worker per step, and a per-step time
-breakdown, as in the Top-k analysis of Shi et al. (2019): forward+backward,
-selection and communication (the compressor's own timers; for dense, the
-wait in ``synchronize()``), and the rest (optimizer update, copies).
+breakdown, as in the Top-k analysis of Shi et al. (2019): forward+backward;
+for a sparse method the wait in ``synchronize()`` before its exchange
+starts (Horovod's round of one-element placeholders, which also waits for
+the slower rank's backward pass); selection and communication (the
+compressor's own timers; for dense, the wait in ``synchronize()``); and the
+rest: the exchange's local work (forming ``acc``, zeroing the output, the
+commit) and the optimizer update.
 ``--compression`` takes a comma-separated list (``dense,topk,exdyna``;
 ``none`` is dense too): the methods run one after the other in the same
-job.  ``--json`` writes the list of results (rank 0); ``--docs`` writes
+job.  With dense among several rows, dense takes turns with each method,
+iteration by iteration, and each method is compared with the dense
+iterations that alternated with it.  ``--json`` writes the list of results
+(rank 0); ``--docs`` writes
 ``docs/synthetic.md`` and ``docs/synthetic.png`` (throughput of each method
 against dense, the step breakdown, density and bytes); ``--quick`` runs one
 short iteration.
@@ -69,68 +76,137 @@ def measure_floors(n, size):
     return floors
 
 
-def benchmark(args, method):
+class Trainer:
+    """One row's model and Horovod ``DistributedOptimizer`` on fixed random data,
+    stepped one iteration (``batches_per_iter`` steps) at a time, so that rows can
+    take turns: each step's forward+backward, ``synchronize()`` and update times
+    and each iteration's img/sec per worker are kept."""
+
+    def __init__(self, args, method):
+        self.args, self.method = args, method
+        torch.manual_seed(0)
+        self.model, features, classes = make_model(args.model)
+        # each row's own Horovod names: rows that take turns never share a tensor name
+        named = [(f"{method}.{name}", p) for name, p in self.model.named_parameters()]
+        self.compression = hvd.Compression.none
+        if method != DENSE:
+            name, options = row_options(method)
+            self.compression = hs.Compression.create(
+                name, density=args.density, named_parameters=named, fallback=args.fallback,
+                **options)
+        self.optimizer = hvd.DistributedOptimizer(
+            torch.optim.SGD(self.model.parameters(), lr=0.001), named_parameters=named,
+            compression=self.compression)
+        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
+        self.data = torch.randn(args.batch_size, features)
+        self.target = torch.randint(0, classes, (args.batch_size,))
+        self.times = {"forward_backward": [], "synchronize": [], "update": []}
+        self.rates, self.loss = [], float("nan")
+
+    def step(self):
+        start = time.perf_counter()
+        self.optimizer.zero_grad()
+        loss = F.cross_entropy(self.model(self.data), self.target)
+        loss.backward()
+        self.loss = loss.item()
+        backward_done = time.perf_counter()
+        self.optimizer.synchronize()
+        synchronized = time.perf_counter()
+        with self.optimizer.skip_synchronize():
+            self.optimizer.step()
+        done = time.perf_counter()
+        self.times["forward_backward"].append(backward_done - start)
+        self.times["synchronize"].append(synchronized - backward_done)
+        self.times["update"].append(done - synchronized)
+
+    def warm_up(self):
+        for _ in range(self.args.warmup):
+            self.step()
+        for values in self.times.values():
+            values.clear()
+
+    def iteration(self):
+        """One timed iteration; returns its img/sec per worker."""
+        start = time.perf_counter()
+        for _ in range(self.args.batches_per_iter):
+            self.step()
+        self.rates.append(self.args.batch_size * self.args.batches_per_iter
+                          / (time.perf_counter() - start))
+        return self.rates[-1]
+
+    def mark(self):
+        """Where the timings stand now, for :func:`report` ``since``."""
+        return len(self.rates)
+
+
+def benchmark(args, methods):
+    """Train each row for ``args.iters`` iterations and report it.  With dense among
+    several rows, dense takes turns with each method, iteration by iteration, and
+    the method is compared with the dense iterations that alternated with it: the
+    machine's speed drifts between minutes (here dense's loopback allreduce took
+    67-200 ms from one run to the next), so rows timed apart are not comparable.
+    The dense row reports all of dense's iterations."""
+    if DENSE not in methods or len(methods) == 1:
+        return [report(run_alone(Trainer(args, method))) for method in methods]
+    dense = Trainer(args, DENSE)
+    dense.warm_up()
+    results = {}
+    for method in methods:
+        if method == DENSE:
+            continue
+        trainer = Trainer(args, method)
+        announce(args, method)
+        trainer.warm_up()
+        since = dense.mark()
+        for iteration in range(args.iters):
+            rate, dense_rate = trainer.iteration(), dense.iteration()
+            if hvd.rank() == 0:
+                print(f"Iter #{iteration}: {rate:.1f} img/sec per worker (dense, alternating: "
+                      f"{dense_rate:.1f})", flush=True)
+        results[method] = report(trainer)
+        paired = report(dense, since, verbose=False)
+        results[method].update(paired_dense_img_sec=paired["total_img_sec"],
+                               paired_dense_other_ms=paired["other_ms"])
+        del trainer
+    announce(args, DENSE)
+    results[DENSE] = report(dense)
+    return [results[method] for method in methods]
+
+
+def run_alone(trainer):
+    announce(trainer.args, trainer.method)
+    trainer.warm_up()
+    for iteration in range(trainer.args.iters):
+        rate = trainer.iteration()
+        if hvd.rank() == 0:
+            print(f"Iter #{iteration}: {rate:.1f} img/sec per worker", flush=True)
+    return trainer
+
+
+def announce(args, method):
     if hvd.rank() == 0:
         print(f"Model: {args.model}, compression: {method}"
               + ("" if method == DENSE else f" (density {args.density})"))
         print(f"Batch size: {args.batch_size}\nNumber of workers: {hvd.size()}", flush=True)
-    torch.manual_seed(0)
-    model, features, classes = make_model(args.model)
-    named = list(model.named_parameters())
-    compression = hvd.Compression.none
-    if method != DENSE:
-        name, options = row_options(method)
-        compression = hs.Compression.create(name, density=args.density, named_parameters=named,
-                                            fallback=args.fallback, **options)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.001),
-                                         named_parameters=named, compression=compression)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    data = torch.randn(args.batch_size, features)
-    target = torch.randint(0, classes, (args.batch_size,))
-    times = {"forward_backward": [], "synchronize": [], "update": []}
-    losses = []
-
-    def step():
-        start = time.perf_counter()
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(data), target)
-        loss.backward()
-        losses.append(loss.item())
-        backward_done = time.perf_counter()
-        optimizer.synchronize()
-        synchronized = time.perf_counter()
-        with optimizer.skip_synchronize():
-            optimizer.step()
-        done = time.perf_counter()
-        times["forward_backward"].append(backward_done - start)
-        times["synchronize"].append(synchronized - backward_done)
-        times["update"].append(done - synchronized)
-
-    for _ in range(args.warmup):
-        step()
-    for key in times:
-        times[key].clear()
-    rates = []
-    for iteration in range(args.iters):
-        start = time.perf_counter()
-        for _ in range(args.batches_per_iter):
-            step()
-        rate = args.batch_size * args.batches_per_iter / (time.perf_counter() - start)
-        rates.append(rate)
-        if hvd.rank() == 0:
-            print(f"Iter #{iteration}: {rate:.1f} img/sec per worker", flush=True)
-    return model, compression, times, np.array(rates), losses[-1]
 
 
-def report(args, method, model, compression, times, rates, loss):
-    n = sum(p.numel() for p in model.parameters())
+def report(trainer, since=0, verbose=True):
+    """The result of ``trainer``'s iterations from ``since`` on (printed when ``verbose``)."""
+    args, method = trainer.args, trainer.method
+    steps = since * args.batches_per_iter
+    times = {key: values[steps:] for key, values in trainer.times.items()}
+    rates = np.array(trainer.rates[since:])
+    n = sum(p.numel() for p in trainer.model.parameters())
     step_ms = {key: 1000 * float(np.mean(value)) for key, value in times.items()}
     if method == DENSE:
         summary = {"selection_ms": 0.0, "communication_ms": step_ms["synchronize"], "density": 1.0,
                    "bytes_per_step": 8.0 * n, "dense_step_share": 1.0}
     else:
-        summary = summarize(compression.history[-args.iters * args.batches_per_iter:])
-    breakdown = {"forward_backward_ms": step_ms["forward_backward"],
+        summary = summarize(trainer.compression.history[-len(times["update"]):])
+    # a sparse step's synchronize(): Horovod's round of placeholders (waiting for the
+    # slower rank's backward pass too), then the exchange (summary["total_ms"])
+    wait = 0.0 if method == DENSE else step_ms["synchronize"] - summary["total_ms"]
+    breakdown = {"forward_backward_ms": step_ms["forward_backward"], "wait_ms": wait,
                  "selection_ms": summary["selection_ms"],
                  "communication_ms": summary["communication_ms"]}
     breakdown["other_ms"] = sum(step_ms.values()) - sum(breakdown.values())
@@ -141,14 +217,14 @@ def report(args, method, model, compression, times, rates, loss):
               "ranks": size, "batch_size": args.batch_size,
               "img_sec_per_worker": float(rates.mean()), "img_sec_per_worker_ci": float(1.96 * rates.std()),
               "total_img_sec": float(size * rates.mean()), "total_img_sec_ci": float(size * 1.96 * rates.std()),
-              "loss": loss, "fallback": args.fallback if method != DENSE else None,
+              "loss": trainer.loss, "fallback": args.fallback if method != DENSE else None,
               **summary, **breakdown}
-    if hvd.rank() == 0:
+    if verbose and hvd.rank() == 0:
         print(f"Img/sec per worker: {rates.mean():.1f} +-{1.96 * rates.std():.1f}")
         print(f"Total img/sec on {size} worker(s): {size * rates.mean():.1f} "
               f"+-{size * 1.96 * rates.std():.1f}")
         print(f"Model {args.model}: {n:,} parameters; {method}: density {result['density']:.5f}, "
-              f"{result['bytes_per_step']:,.0f} bytes/worker/step, loss {loss:.4f} at the last step")
+              f"{result['bytes_per_step']:,.0f} bytes/worker/step, loss {trainer.loss:.4f} at the last step")
         print("Step breakdown (ms): " + ", ".join(f"{key[:-3]} {value:.1f}"
                                                  for key, value in breakdown.items()), flush=True)
     return result
@@ -158,12 +234,15 @@ def throughput_table(results, *extra):
     """Throughput, its ratio to dense's and the step breakdown of each result, then
     the ``extra`` columns and bytes per step."""
     dense = next((r for r in results if r["method"] == DENSE), results[0])["total_img_sec"]
+
+    def versus_dense(r):
+        return f"{r['total_img_sec'] / r.get('paired_dense_img_sec', dense):.2f}x"
     return Table(("method", "method", ""),
                  ("total img/sec",
                   lambda r: f"{r['total_img_sec']:.1f} +-{r['total_img_sec_ci']:.1f}", ">"),
-                 ("vs dense", lambda r: f"{r['total_img_sec'] / dense:.2f}x", ">"),
+                 ("vs dense", versus_dense, ">"),
                  ("step ms", "step_ms", ".0f"), ("fwd+bwd", "forward_backward_ms", ".0f"),
-                 ("selection", "selection_ms", ".0f"), ("communication", "communication_ms", ".0f"),
+                 ("wait", "wait_ms", ".0f"), ("selection", "selection_ms", ".0f"), ("communication", "communication_ms", ".0f"),
                  ("other", "other_ms", ".0f"), ("sel/read", "selection_x_read", ".1f"),
                  ("extra/acc", "extra_other_x_accumulate", ".1f"), *extra,
                  ("bytes/worker/step", "bytes_per_step", ",.0f"))
@@ -182,22 +261,34 @@ def write_docs(results, args):
              + f". Horovod's `DistributedOptimizer`, "
              f"`{args.model}` model ({n:,} parameters), batch {args.batch_size} per rank, "
              f"{args.iters} iterations of {args.batches_per_iter} batches after {args.warmup} "
-             "warm-up steps. Breakdown per step (ms): forward+backward; selection and "
-             "communication (the compressor's own timers; dense: the wait in `synchronize()`); "
-             f"other (accumulate, copies, the optimizer update). {shared}", "",
+             "warm-up steps. Breakdown per step (ms): forward+backward; *wait*: a sparse "
+             "step's wait in `synchronize()` before its exchange starts (Horovod's round of "
+             "one-element placeholders, which also waits for the slower rank's backward pass); "
+             "selection and communication (the compressor's own timers; dense: the wait in "
+             "`synchronize()`); other (the exchange's local work -- forming acc, zeroing the "
+             f"output, the commit -- and the optimizer update). {shared}", "",
+             "Dense takes turns with each method, iteration by iteration, in the same job: "
+             "*vs dense* compares the method with the dense iterations that alternated with it "
+             "(their img/sec: *dense alongside*), and the dense row shows all of them.  The "
+             "machine's speed drifts from minute to minute, so rows timed apart are not "
+             "comparable.", "",
              "Floors measured in the same run, all ranks at once: one accumulate pass over n "
              f"(read gradient and residual, write acc) {results[0]['floor_accumulate_ms']:.1f} ms; "
              f"one read of n/P {results[0]['floor_read_share_ms']:.1f} ms. *sel/read*: selection "
              "as a multiple of the read; *extra/acc*: the method's other minus dense's other, as a "
              f"multiple of the accumulate pass. {FLOORS_NOTE}", "",
-             *throughput_table(results, ("density", "density", ".5f")).markdown(results),
+             *throughput_table(results, ("density", "density", ".5f"), (
+                 "dense alongside", lambda r: (f"{r['paired_dense_img_sec']:.1f}"
+                                               if "paired_dense_img_sec" in r else "-"), ">"),
+             ).markdown(results),
              "", "![throughput](synthetic.png)", ""]
     write_page("synthetic.md", lines)
     with figure("synthetic.png", figsize=(8, 4)) as axis:
         names = [r["method"] for r in results]
         bottom = np.zeros(len(results))
-        for key, label in (("forward_backward_ms", "forward+backward"), ("selection_ms", "selection"),
-                           ("communication_ms", "communication"), ("other_ms", "other")):
+        for key, label in (("forward_backward_ms", "forward+backward"), ("wait_ms", "wait"),
+                           ("selection_ms", "selection"), ("communication_ms", "communication"),
+                           ("other_ms", "other")):
             values = np.array([r[key] for r in results])
             axis.bar(names, values, bottom=bottom, label=label)
             bottom += values
@@ -236,8 +327,7 @@ def main():
     note = oversubscription_note(hvd.local_size())
     if note and hvd.rank() == 0:
         print(note, flush=True)
-    results = [report(args, method, *benchmark(args, method))
-               for method in rows(args.compression)]
+    results = benchmark(args, rows(args.compression))
     n = results[0]["parameters"]
     floors = measure_floors(n, hvd.size())
     for r in results:

@@ -77,6 +77,7 @@ def train(compression="dense", density=0.01, epochs=30, batch_size=16, lr=0.05, 
                "best_accuracy": max(accuracies), "accuracies": accuracies,
                "samples_per_second": float(batch_size * size / times.mean()),
                "epoch_seconds": float(times.mean() * steps_per_epoch),
+               "train_seconds": float(sum(step_times)),  # every step, the first epoch's too
                "density_per_step": [m.density for m in getattr(compressor, "history", [])],
                "dense_step_share": float(np.mean([m.extra.get("fallback", False) for m in
                                                   getattr(compressor, "history", [])] or [1.0])),

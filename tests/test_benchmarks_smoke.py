@@ -56,6 +56,7 @@ def test_synthetic_quick():
     for method in ("dense", "exdyna"):  # none: the dense baseline, shown as dense
         section = out.split(f"compression: {method}")[1]
         assert "Total img/sec on 2 worker(s)" in section and "Step breakdown" in section
+    assert "(dense, alternating: " in out.split("compression: exdyna")[1]  # paired iterations
 
 
 def test_memory_quick():

@@ -201,6 +201,16 @@ def test_rounds_per_step_are_the_documented_ones():
 
 
 @pytest.mark.parametrize("method", ["exdyna", "topk", "dgc"])
+def test_the_step_timers_nest_in_the_total(method):
+    """``total_time`` times the whole exchange: it holds the selection and the
+    collectives (benchmarks/synthetic.py's breakdown takes the rest as local work)."""
+    for _, exchange in run_steps(method, clean_grads(2, 3)):
+        for metrics in exchange.history:
+            assert metrics.selection_time > 0 and metrics.communication_time > 0
+            assert metrics.total_time >= metrics.selection_time + metrics.communication_time
+
+
+@pytest.mark.parametrize("method", ["exdyna", "topk", "dgc"])
 def test_gradients_written_into_the_last_output_give_the_same_steps(method):
     """Under ``zero_grad(set_to_none=False)`` PyTorch writes the next gradient into
     ``p.grad``, a view of the last output buffer, and hands that in.  Every step

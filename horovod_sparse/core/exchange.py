@@ -324,6 +324,7 @@ class GradientExchange:
         feedback's (``core.feedback``): valid until the next step (copy it to keep
         it longer), and the gradients handed to that step may be views of it.
         """
+        started = time.perf_counter()
         kind = self.begin_step()
         self._flushed = self._emptied = self._shared = False
         split = self.split(layout)
@@ -373,6 +374,7 @@ class GradientExchange:
         metrics.selection_time = context.selection_time
         metrics.communication_time = traffic["seconds"]
         metrics.rounds = traffic["rounds"]
+        metrics.total_time = time.perf_counter() - started
         self.history.append(metrics)
         self.step_count += 1
         return aggregate

@@ -16,7 +16,9 @@ class StepMetrics:
     * ``imbalance = P * max_i k_i / sum_i k_i - 1`` over the per-worker
       selection counts ``k_i``;
     * traffic is this rank's logical payload (see ``core.comm``);
-    * times are wall-clock seconds of local selection and of collectives.
+    * times are wall-clock seconds of local selection, of collectives, and of
+      the whole exchange on this rank (``total_time``: forming ``acc``,
+      selection, collectives, the residual's commit).
     """
 
     step: int
@@ -31,6 +33,7 @@ class StepMetrics:
     bytes_received: int = 0
     selection_time: float = 0.0
     communication_time: float = 0.0
+    total_time: float = 0.0
     rounds: int = 0
     dense: int = 0
     skipped: bool = False
@@ -73,7 +76,7 @@ def summarize(history, skip_first=0):
         return {}
     summary = {}
     for name in ("density", "overall_density", "density_error", "buildup", "imbalance", "bytes_sent",
-                 "bytes_received", "selection_time", "communication_time"):
+                 "bytes_received", "selection_time", "communication_time", "total_time"):
         values = np.array([getattr(m, name) for m in rows], dtype=np.float64)
         summary[f"{name}_mean"] = float(values.mean())
         summary[f"{name}_max"] = float(values.max())
