@@ -24,7 +24,7 @@ bench: install
 	$(PY) benchmarks/memory.py
 	$(PY) benchmarks/rebalance.py
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/dense_below.py
-	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/fallback.py --repeats 1
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/fallback.py
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/fallback.py --page fallback_2ranks.md
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/sparse_allreduce.py
 	mpirun --allow-run-as-root -np 2 $(PY) benchmarks/sparse_allreduce.py --communicator mpi

@@ -24,42 +24,49 @@ from common import DENSE, row_options
 from report import DOCS, Table, provenance, write_page
 
 sys.path.insert(0, os.path.join(os.path.dirname(DOCS), "examples"))
-from digits import train  # noqa: E402
+from digits import Training  # noqa: E402
 
 
-def run(method, args, fallback=None):
-    """One training run of a row (dense: Horovod's allreduce)."""
+def training(method, args, fallback=None):
+    """A training run of a row (dense: Horovod's allreduce), not yet started."""
     name, options = row_options(method)
     if method != DENSE:
         options["fallback"] = fallback
-    summary = train(name, args.density, epochs=args.epochs, verbose=False, **options)
-    return {**summary, "method": method, "fallback": fallback}
+    return Training(name, args.density, epochs=args.epochs, verbose=False, **options)
+
+
+def take_turns(runs, args):
+    """Train ``runs`` side by side, an epoch each in turn; their summaries.  (Not a
+    step each: the fallback times its steps from one start to the next, which
+    would then hold the other run's step.)"""
+    for _ in range(args.epochs):
+        for run in runs:
+            run.epoch()
+    return [run.summary() for run in runs]
 
 
 def compare(method, args):
     """The rows of ``method``: dense, the method as it is, the method with
-    ``fallback="auto"``.  Dense and the fallback are trained in ``args.repeats``
-    rounds, one after the other in each, and each round's fallback run is compared
-    with that round's dense run: from one run to the next a rank's steps settle up
-    to ~1 ms apart on a ~2-3 ms step (dense alike), more than the difference
-    measured, and the drift of a long job hits both runs of a round alike.  The
-    round of median samples/s ratio is shown, with every round's ratio; the
-    method as it is (3-8x slower) is trained once, in the first round."""
+    ``fallback="auto"``.  In each of ``args.repeats`` rounds dense and the
+    fallback train side by side, an epoch each in turn, and the fallback is
+    compared with its round's dense run: the machine's speed drifts within
+    seconds, and on a ~2-5 ms step runs trained one after the other settled
+    up to 1.5x apart.  The round of median samples/s ratio is shown, with every
+    round's ratio.  The method as it is trains once, before the first round,
+    against that round's dense run."""
+    plain, = take_turns([training(method, args)], args)
     rounds = []
-    for repeat in range(args.repeats):
-        dense = run(DENSE, args)
-        plain = run(method, args) if repeat == 0 else None
-        auto = run(method, args, "auto")
-        ratio = auto["samples_per_second"] / dense["samples_per_second"]
-        rounds.append((ratio, dense, plain, auto))
-    ratios = [r[0] for r in rounds]
-    ratio, dense, _, auto = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
-    first_dense, plain = rounds[0][1], rounds[0][2]
-    auto["round_ratios"] = ratios
-    step_ratios = [r[3]["step_ms_median"] / r[1]["step_ms_median"] for r in rounds]
-    auto["median_step_ratio"] = float(np.median(step_ratios))
-    return [{**dense, "dense": dense, "dense_step_share": 1.0},
-            {**plain, "dense": first_dense}, {**auto, "dense": dense}]
+    for _ in range(args.repeats):
+        dense, auto = take_turns([training(DENSE, args), training(method, args, "auto")], args)
+        dense.update(method=DENSE, fallback=None, dense=dense, dense_step_share=1.0)
+        auto.update(method=method, fallback="auto", dense=dense)
+        rounds.append((auto["samples_per_second"] / dense["samples_per_second"], dense, auto))
+    plain.update(method=method, fallback=None, dense=rounds[0][1])
+    ratio, dense, auto = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
+    auto["round_ratios"] = [r[0] for r in rounds]
+    auto["median_step_ratio"] = float(np.median([r[2]["step_ms_median"] / r[1]["step_ms_median"]
+                                                 for r in rounds]))
+    return [dense, plain, auto]
 
 
 def main():
@@ -107,12 +114,13 @@ def write(rows, args):
             + ("" if args.page == "fallback.md" else f" --page {args.page}")
             + ("" if args.repeats == 5 else f" --repeats {args.repeats}"),
             f"{hvd.size()} ranks on one host", f"density {args.density}", f"{args.epochs} epochs")
-        + f".  Dense and each method with the fallback are trained in {args.repeats} "
-        f"round{'s' if args.repeats > 1 else ''}, one after the other in each, and each "
-        "fallback run is compared with its round's dense run: from one run to the next a "
-        "rank's steps settle up to ~1 ms apart, more than the difference measured.  The round "
-        "of median samples/s ratio is shown, with every round's ratio; the method without "
-        "the fallback is trained once, in the first round.  Samples/s count the epochs after "
+        + f".  In each of {args.repeats} round{'s' if args.repeats > 1 else ''} dense and "
+        "the method with the fallback train side by side, an epoch each in turn, and each "
+        "fallback run is compared with its round's dense run: the machine's speed drifts "
+        "within seconds, and runs trained one after the other settled up to 1.5x apart.  The "
+        "round of median samples/s ratio is shown, with every round's ratio; the method "
+        "without the fallback trains once, against the first round's dense run.  Samples/s "
+        "count the epochs after "
         "the first (every row alike); *whole run* counts every "
         "step, the first epoch's warm-up and first check included.  Methods that step slower "
         "than a dense allreduce "
@@ -144,7 +152,8 @@ def write(rows, args):
         "averaged gradient).  What remains between the two is the probe (after "
         f"{schedule.warmup} warm-up steps, {schedule.block} sparse and {schedule.block} dense "
         "steps per check, the first of each kind untimed; checks at least "
-        f"{schedule.recheck_every} steps apart and further where one kind clearly loses) and "
+        f"{schedule.recheck_every} steps apart and further where one kind clearly loses, a "
+        "change of choice after the first confirmed by a second check) and "
         "the compressor's bookkeeping per gradient.", ""]
     if hvd.size() > (os.cpu_count() or 1):
         lines += [f"{hvd.size()} ranks share {os.cpu_count()} cores here: a rank waiting in a "

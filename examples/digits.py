@@ -36,55 +36,78 @@ def make_model(hidden=256):
                                torch.nn.Linear(hidden, 10))
 
 
+class Training:
+    """One training run, an epoch at a time (so that runs can take turns: see
+    ``benchmarks/fallback.py``); :func:`train` runs one to the end."""
+
+    def __init__(self, compression="dense", density=0.01, epochs=30, batch_size=16, lr=0.05,
+                 seed=0, verbose=True, **options):
+        self.compression, self.density = canonical(compression), density
+        self.epochs, self.batch_size, self.lr, self.verbose = epochs, batch_size, lr, verbose
+        torch.manual_seed(seed)
+        x_train, y_train, self.x_test, self.y_test = load_data()
+        rank, size = hvd.rank(), hvd.size()
+        self.x_shard, self.y_shard = x_train[rank::size], y_train[rank::size]
+        self.model = make_model()
+        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
+        self.optimizer, self.compressor = make_optimizer(self.compression, self.model, density,
+                                                         lr, **options)
+        self.steps_per_epoch = len(self.y_shard) // batch_size
+        self.accuracies, self.step_times = [], []
+        self.generator = torch.Generator().manual_seed(seed + rank)
+
+    def epoch(self):
+        """Train one epoch, then evaluate rank 0's model on the test split."""
+        epoch, model, optimizer = len(self.accuracies), self.model, self.optimizer
+        for group in optimizer.param_groups:  # cosine decay, the same for every method
+            group["lr"] = self.lr * 0.5 * (1 + math.cos(math.pi * epoch / self.epochs))
+        model.train()
+        order = torch.randperm(len(self.y_shard), generator=self.generator)
+        for step in range(self.steps_per_epoch):
+            batch = order[step * self.batch_size:(step + 1) * self.batch_size]
+            start = time.perf_counter()
+            optimizer.zero_grad()
+            F.cross_entropy(model(self.x_shard[batch]), self.y_shard[batch]).backward()
+            optimizer.step()
+            self.step_times.append(time.perf_counter() - start)
+        model.eval()
+        with torch.no_grad():
+            accuracy = float((model(self.x_test).argmax(1) == self.y_test).float().mean())
+        self.accuracies.append(accuracy)
+        if self.verbose and hvd.rank() == 0:
+            print(f"[{self.compression}] epoch {epoch + 1:3d}/{self.epochs}  test accuracy "
+                  f"{accuracy:.4f}", flush=True)
+
+    def summary(self):
+        """Accuracy, throughput (the epochs after the first), density and traffic."""
+        compression, compressor, size = self.compression, self.compressor, hvd.size()
+        times = np.array(self.step_times[self.steps_per_epoch:] or self.step_times)
+        history = getattr(compressor, "history", [])
+        summary = {"method": compression,
+                   "density_target": self.density if compression != DENSE else 1.0,
+                   "ranks": size, "parameters": sum(p.numel() for p in self.model.parameters()),
+                   "accuracy": self.accuracies[-1], "best_accuracy": max(self.accuracies),
+                   "accuracies": self.accuracies,
+                   "samples_per_second": float(self.batch_size * size / times.mean()),
+                   "epoch_seconds": float(times.mean() * self.steps_per_epoch),
+                   "train_seconds": float(sum(self.step_times)),  # every step, the first epoch's too
+                   "density_per_step": [m.density for m in history],
+                   "dense_step_share": float(np.mean([m.extra.get("fallback", False)
+                                                      for m in history] or [1.0])),
+                   "step_ms": float(1000 * times.mean()),
+                   "step_ms_median": float(1000 * np.median(times))}
+        summary.update(traffic_summary(compression, self.model, self.optimizer, compressor))
+        return summary
+
+
 def train(compression="dense", density=0.01, epochs=30, batch_size=16, lr=0.05, seed=0,
           verbose=True, **options):
     """Train once; return a summary dict (rank 0's model is evaluated; under
     gossip the ranks' models differ, ``disagreement`` says by how much)."""
-    compression = canonical(compression)
-    torch.manual_seed(seed)
-    x_train, y_train, x_test, y_test = load_data()
-    rank, size = hvd.rank(), hvd.size()
-    x_shard, y_shard = x_train[rank::size], y_train[rank::size]
-    model = make_model()
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    optimizer, compressor = make_optimizer(compression, model, density, lr, **options)
-    steps_per_epoch = len(y_shard) // batch_size
-    n = sum(p.numel() for p in model.parameters())
-    accuracies, step_times = [], []
-    generator = torch.Generator().manual_seed(seed + rank)
-    for epoch in range(epochs):
-        for group in optimizer.param_groups:  # cosine decay, the same for every method
-            group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * epoch / epochs))
-        model.train()
-        order = torch.randperm(len(y_shard), generator=generator)
-        for step in range(steps_per_epoch):
-            batch = order[step * batch_size:(step + 1) * batch_size]
-            start = time.perf_counter()
-            optimizer.zero_grad()
-            F.cross_entropy(model(x_shard[batch]), y_shard[batch]).backward()
-            optimizer.step()
-            step_times.append(time.perf_counter() - start)
-        model.eval()
-        with torch.no_grad():
-            accuracy = float((model(x_test).argmax(1) == y_test).float().mean())
-        accuracies.append(accuracy)
-        if verbose and rank == 0:
-            print(f"[{compression}] epoch {epoch + 1:3d}/{epochs}  test accuracy {accuracy:.4f}",
-                  flush=True)
-    times = np.array(step_times[steps_per_epoch:] or step_times)
-    summary = {"method": compression, "density_target": density if compression != DENSE else 1.0,
-               "ranks": size, "parameters": n, "accuracy": accuracies[-1],
-               "best_accuracy": max(accuracies), "accuracies": accuracies,
-               "samples_per_second": float(batch_size * size / times.mean()),
-               "epoch_seconds": float(times.mean() * steps_per_epoch),
-               "train_seconds": float(sum(step_times)),  # every step, the first epoch's too
-               "density_per_step": [m.density for m in getattr(compressor, "history", [])],
-               "dense_step_share": float(np.mean([m.extra.get("fallback", False) for m in
-                                                  getattr(compressor, "history", [])] or [1.0])),
-               "step_ms": float(1000 * times.mean()),
-               "step_ms_median": float(1000 * np.median(times))}
-    summary.update(traffic_summary(compression, model, optimizer, compressor))
-    return summary
+    training = Training(compression, density, epochs, batch_size, lr, seed, verbose, **options)
+    for _ in range(epochs):
+        training.epoch()
+    return training.summary()
 
 
 def main():

@@ -21,10 +21,12 @@ LAYOUT = layout_of(SHAPES)
 
 def schedule(policy, steps, seconds, size=2):
     """The kinds ``policy`` runs on ``size`` ranks when every rank's sparse step
-    takes ``seconds["sparse"]`` and a dense one ``seconds["dense"]``."""
+    takes ``seconds["sparse"]`` and a dense one ``seconds["dense"]`` (or
+    ``seconds(step, kind)``)."""
+    time_of = seconds if callable(seconds) else lambda step, kind: seconds[kind]
     kinds = []
-    for _ in range(steps):
-        report = policy.begin_step(seconds[kinds[-1]] if kinds else None)
+    for step in range(steps):
+        report = policy.begin_step(time_of(step - 1, kinds[-1]) if kinds else None)
         if report is not None:  # every rank reports the same
             policy.decide(size * report, size)
         kinds.append(policy.kind)
@@ -69,12 +71,35 @@ def test_one_slow_probe_step_does_not_decide():
 
 
 def test_the_decision_is_the_ranks_mean():
-    """Rank 0 finds dense 1 ms faster, rank 1 finds it 3 ms slower: sparse, on both."""
+    """Rank 0 finds dense 1 ms faster, rank 1 finds it 3 ms slower: sparse, on both
+    (the first check; the other way round, dense)."""
     policy = AutoFallback(probe=1, recheck_every=5, warmup=0)
     policy.decide(np.array([0.010 + 0.013, 0.011 + 0.010]), 2)
     assert policy.choice == "sparse"
+    policy = AutoFallback(probe=1, recheck_every=5, warmup=0)
     policy.decide(np.array([0.010 + 0.011, 0.013 + 0.010]), 2)
     assert policy.choice == "dense"
+
+
+def test_a_later_change_of_choice_is_confirmed_first():
+    """After the first check, a check that finds the other kind faster is
+    confirmed 50 steps later before the choice changes: a burst of load that
+    slows both timed dense steps of one check (steps 614-615) does not send the
+    next 600 steps sparsely; a lasting change (sparse faster from step 600 on)
+    switches after the confirming check."""
+    def burst(step, kind):
+        return 4.0 if kind == "dense" and 613 <= step <= 615 else {"sparse": 3.0, "dense": 1.0}[kind]
+
+    def lasting(step, kind):
+        return {"sparse": 3.0, "dense": 1.0}[kind] if step < 600 else {"sparse": 1.0,
+                                                                      "dense": 3.0}[kind]
+    first = "s" * 10 + "sssDDD" + "D" * 594 + "sssDDD" + "D" * 44 + "sssDDD"
+    policy = AutoFallback()
+    assert schedule(policy, 700, burst) == first + "D" * 34
+    assert policy.choice == "dense" and policy.check == 660 + 600
+    policy = AutoFallback()
+    assert schedule(policy, 700, lasting) == first + "s" * 34
+    assert policy.choice == "sparse" and policy.check == 660 + 600
 
 
 @pytest.mark.parametrize("arguments", [{"probe": 0}, {"recheck_every": 4}, {"warmup": -1},

@@ -14,7 +14,13 @@ ranks still starting), each *check* runs::
                           each kind in whole microseconds (one allreduce of
                           two integers: exact in any order); all decide alike
 
-and the faster kind runs until the next check.  A step's time is this rank's
+and the faster kind runs until the next check -- at the first check at
+once; later, a check that finds the other kind faster is confirmed first: the
+next check comes ``max(2 (1 + probe), recheck_every / 4)`` steps after it
+started, and the choice changes only when that one agrees.  (One burst of
+load from elsewhere can make both timed steps of a kind slow; on the digits
+MLP such a check once chose sparse steps that cost 3x dense ones for the
+next 200 steps.)  A step's time is this rank's
 *period*, from the start of the step to the start of the next, so both kinds
 include the same forward and backward passes and a dense step that overlaps
 the backward pass is credited for it.  Each kind counts its shortest period,
@@ -110,6 +116,8 @@ class AutoFallback:
                              f"({2 * self.block})")
         self.probe_cost = check_number("probe_cost", probe_cost, 0.0, 1.0, closed=(False, False))
         self.choice = "sparse"
+        self.decided = False       # the first check has decided
+        self.confirming = False    # the last check found the other kind faster
         self.step = -1             # the step in progress (-1: none yet)
         self.check = self.warmup   # the step the next check starts at
         self._periods = {kind: [] for kind in KINDS}
@@ -149,9 +157,15 @@ class AutoFallback:
 
     def decide(self, summed, size):
         """The ranks' summed reports: dense where the mean shortest dense period is
-        the shorter; the next check ``L`` steps after this one's start."""
+        the shorter (a change of choice after the first check once confirmed);
+        the next check ``L`` steps after this one's start."""
         dense, sparse = summed[0] / size, summed[1] / size
-        self.choice = "dense" if dense < sparse else "sparse"
+        faster = "dense" if dense < sparse else "sparse"
+        if faster != self.choice and self.decided and not self.confirming:
+            self.confirming = True
+            self.check += max(2 * self.block, self.recheck_every // 4)
+            return
+        self.choice, self.decided, self.confirming = faster, True, False
         shorter = min(dense, sparse)
         budget = (self.block * abs(dense - sparse) / (self.probe_cost * shorter)
                   if shorter > 0 else 0)
