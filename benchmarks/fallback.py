@@ -62,7 +62,7 @@ def compare(method, args):
         auto.update(method=method, fallback="auto", dense=dense)
         rounds.append((auto["samples_per_second"] / dense["samples_per_second"], dense, auto))
     plain.update(method=method, fallback=None, dense=rounds[0][1])
-    ratio, dense, auto = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
+    _, dense, auto = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
     auto["round_ratios"] = [r[0] for r in rounds]
     auto["median_step_ratio"] = float(np.median([r[2]["step_ms_median"] / r[1]["step_ms_median"]
                                                  for r in rounds]))
@@ -120,10 +120,9 @@ def write(rows, args):
         "within seconds, and runs trained one after the other settled up to 1.5x apart.  The "
         "round of median samples/s ratio is shown, with every round's ratio; the method "
         "without the fallback trains once, against the first round's dense run.  Samples/s "
-        "count the epochs after "
-        "the first (every row alike); *whole run* counts every "
-        "step, the first epoch's warm-up and first check included.  Methods that step slower "
-        "than a dense allreduce "
+        "count the epochs after the first (every row alike); *whole run* counts every step, "
+        "the first epoch's warm-up and first check included.  Methods that step slower than "
+        "a dense allreduce "
         f"of {rows[0]['parameters']:,} parameters here without the fallback: {slower} of "
         f"{len(plain)}; with `fallback=\"auto\"` the compressor "
         "times both kinds of step and sends densely where that is faster "

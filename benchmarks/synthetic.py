@@ -12,7 +12,8 @@ reports the density and bytes per worker per step, and a per-step time
 breakdown, as in the Top-k analysis of Shi et al. (2019): forward+backward;
 for a sparse method the wait in ``synchronize()`` before its exchange
 starts (Horovod's round of one-element placeholders, which also waits for
-the slower rank's backward pass); selection and communication (the
+the slower rank's backward pass; under ``--fallback auto`` a dense step's
+allreduce is Horovod's own and counts here too); selection and communication (the
 compressor's own timers; for dense, the wait in ``synchronize()``); and the
 rest: the exchange's local work (forming ``acc``, zeroing the output, the
 commit) and the optimizer update.
@@ -174,6 +175,7 @@ def benchmark(args, methods):
 
 
 def run_alone(trainer):
+    """Warm ``trainer`` up and time its iterations, with no other row between them."""
     announce(trainer.args, trainer.method)
     trainer.warm_up()
     for iteration in range(trainer.args.iters):
@@ -242,7 +244,8 @@ def throughput_table(results, *extra):
                   lambda r: f"{r['total_img_sec']:.1f} +-{r['total_img_sec_ci']:.1f}", ">"),
                  ("vs dense", versus_dense, ">"),
                  ("step ms", "step_ms", ".0f"), ("fwd+bwd", "forward_backward_ms", ".0f"),
-                 ("wait", "wait_ms", ".0f"), ("selection", "selection_ms", ".0f"), ("communication", "communication_ms", ".0f"),
+                 ("wait", "wait_ms", ".0f"), ("selection", "selection_ms", ".0f"),
+                 ("communication", "communication_ms", ".0f"),
                  ("other", "other_ms", ".0f"), ("sel/read", "selection_x_read", ".1f"),
                  ("extra/acc", "extra_other_x_accumulate", ".1f"), *extra,
                  ("bytes/worker/step", "bytes_per_step", ",.0f"))

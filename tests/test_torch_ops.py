@@ -115,3 +115,20 @@ def test_accumulate_slice_matches_numpy(grad_dtype, momentum):
         assert np.array_equal(numpy_result, torch_result)
     acc, _ = results[1]
     assert (acc[:start] == 7).all() and (acc[stop:] == 7).all() and (acc[start:stop] != 7).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_momentum_slice_matches_the_two_step_reference(dtype):
+    """``out = m velocity + result`` (two roundings), then ``result = out``: through
+    numpy on CPU float32 tensors, through torch for bfloat16, the same bits."""
+    velocity, result = (torch.from_numpy(heavy_tailed(300, seed)).to(dtype) for seed in (1, 2))
+    expected_out = np.zeros(300, np.float32)
+    NUMPY.scale_add_slice(expected_out, velocity.float().numpy(), 0.9,
+                          result[100:250].float().numpy(), 100, 250)
+    out, got = torch.zeros(300, dtype=dtype), result[100:250].clone()
+    TORCH.momentum_slice(out, velocity, 0.9, got, 100, 250)
+    if dtype == torch.float32:
+        assert np.array_equal(out.numpy(), expected_out)
+        assert np.array_equal(got.numpy(), expected_out[100:250])
+    else:  # torch's own arithmetic in bfloat16
+        assert torch.equal(got, out[100:250]) and torch.count_nonzero(out[:100]) == 0

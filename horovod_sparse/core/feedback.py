@@ -65,8 +65,7 @@ class Buffer:
         """Momentum SGD on an averaged gradient ``result`` (a velocity): ``u = m u +
         result`` over ``[start, stop)`` into the spare (committed by a swap), and
         ``result = u`` in place."""
-        ops.scale_add_slice(self.spare, self.current, momentum, result, start, stop)
-        ops.add_slice(result, self.spare[start:stop], 0.0, 0, stop - start)
+        ops.momentum_slice(self.spare, self.current, momentum, result, start, stop)
 
     def adopt(self, ops, values, start, stop):
         """``current[start:stop] = values[start:stop]``."""

@@ -179,6 +179,13 @@ class ArrayOps(abc.ABC):
         """Set every element of the buffer ``x`` to zero, in place."""
         self.zero_at(x, self.arange(0, int(x.shape[0]), x))
 
+    def momentum_slice(self, out, velocity, momentum, result, start, stop):
+        """Momentum SGD on an averaged gradient ``result``: ``out[start:stop] =
+        momentum * velocity[start:stop] + result``, then ``result = out[start:stop]``
+        in place."""
+        self.scale_add_slice(out, velocity, momentum, result, start, stop)
+        self.add_slice(result, out[start:stop], 0.0, 0, stop - start)
+
     def all_finite(self, x):
         """Whether every element is finite: the float64 sum of float32 squares
         cannot overflow, so it is finite exactly when they all are."""
