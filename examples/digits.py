@@ -64,12 +64,8 @@ class Training:
         model.train()
         order = torch.randperm(len(self.y_shard), generator=self.generator)
         for step in range(self.steps_per_epoch):
-            batch = order[step * self.batch_size:(step + 1) * self.batch_size]
-            start = time.perf_counter()
-            optimizer.zero_grad()
-            F.cross_entropy(model(self.x_shard[batch]), self.y_shard[batch]).backward()
-            optimizer.step()
-            self.step_times.append(time.perf_counter() - start)
+            self.step_times.append(self.step(order[step * self.batch_size:
+                                                   (step + 1) * self.batch_size]))
         model.eval()
         with torch.no_grad():
             accuracy = float((model(self.x_test).argmax(1) == self.y_test).float().mean())
@@ -77,6 +73,14 @@ class Training:
         if self.verbose and hvd.rank() == 0:
             print(f"[{self.compression}] epoch {epoch + 1:3d}/{self.epochs}  test accuracy "
                   f"{accuracy:.4f}", flush=True)
+
+    def step(self, batch):
+        """One training step on the shard's samples ``batch``; its seconds."""
+        start = time.perf_counter()
+        self.optimizer.zero_grad()
+        F.cross_entropy(self.model(self.x_shard[batch]), self.y_shard[batch]).backward()
+        self.optimizer.step()
+        return time.perf_counter() - start
 
     def summary(self):
         """Accuracy, throughput (the epochs after the first), density and traffic."""

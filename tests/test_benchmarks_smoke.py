@@ -151,3 +151,14 @@ def test_fallback_benchmark_quick():
                      "--repeats", 1, "--no-docs")
     shares = dict(re.findall(r"fallback=\s*(None|auto):.*dense steps (\d+)%", out))
     assert shares.get("None") == "0" and "auto" in shares, out[-2000:]
+
+
+@pytest.mark.horovod
+def test_fallback_steady_state_quick():
+    """The steady-state measurement: after an epoch alone, the fallback steps densely
+    (Top-k's sparse step costs several dense ones), in turn with two dense runs."""
+    out = horovodrun(2, "benchmarks/fallback.py", "--methods", "topk", "--steady", 30,
+                     "--no-docs")
+    row = re.search(r"topk\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)%", out)
+    assert row and all(float(x) > 0 for x in row.groups()[:3]), out[-2000:]
+    assert float(row.group(4)) == 100.0, out[-2000:]

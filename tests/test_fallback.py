@@ -180,12 +180,14 @@ def whole_step(exchange, comm, flat, held=()):
     for view, (low, high) in zip(sent, bounds):
         wire[low:high] = view
     averaged = comm.allreduce_sum(wire) / comm.size
+    finite = True
     for i, (view, (low, high)) in enumerate(zip(sent, bounds)):
         view[:] = averaged[low:high]
         if not whole:
-            exchange.plain_gradient(i, view)
+            finite = exchange.plain_gradient(i, view) and finite
             averaged[low:high] = view
-    exchange.end_whole_step(None if whole else bool(np.isfinite(averaged).all()))
+    assert whole or finite == bool(np.isfinite(averaged).all())
+    exchange.end_whole_step(None if whole else finite)
     return np.array(averaged), not whole
 
 

@@ -147,6 +147,28 @@ def test_accumulate_reports_a_nonfinite_result(bad, where):
     assert kernels.accumulate(acc, residual, grad, 1.0, *velocity, 0.9) is False
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("bad", [None, np.nan, np.inf, "overflow"])
+def test_momentum_result_is_the_two_numpy_operations(dtype, bad):
+    """``out = m u + r`` rounded twice (no fused multiply-add), ``r = out``, and the
+    finiteness of the result -- compiled for float32, numpy for float16."""
+    rng = np.random.default_rng(3)
+    velocity = (rng.standard_cauchy(1001) * 1e-3).astype(dtype)
+    result = rng.standard_normal(1001).astype(dtype)
+    if bad == "overflow":  # finite inputs whose momentum step overflows
+        velocity[500] = result[500] = np.finfo(dtype).max
+    elif bad is not None:
+        result[500] = bad
+    out = np.zeros(1001, dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = velocity * dtype(0.9)
+        expected += result
+        finite = kernels.momentum_result(out, velocity, 0.9, result)
+    assert finite is (bad is None)
+    assert np.array_equal(out, expected, equal_nan=True)
+    assert np.array_equal(result, expected, equal_nan=True)
+
+
 CHUNK = kernels.SCAN_CHUNK_BLOCKS * kernels.BLOCK  # elements accumulate_scan writes, then scans
 
 

@@ -120,15 +120,19 @@ def test_accumulate_slice_matches_numpy(grad_dtype, momentum):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_momentum_slice_matches_the_two_step_reference(dtype):
     """``out = m velocity + result`` (two roundings), then ``result = out``: through
-    numpy on CPU float32 tensors, through torch for bfloat16, the same bits."""
+    numpy on CPU float32 tensors, through torch for bfloat16, the same bits; and
+    whether the result is finite."""
     velocity, result = (torch.from_numpy(heavy_tailed(300, seed)).to(dtype) for seed in (1, 2))
     expected_out = np.zeros(300, np.float32)
     NUMPY.scale_add_slice(expected_out, velocity.float().numpy(), 0.9,
                           result[100:250].float().numpy(), 100, 250)
     out, got = torch.zeros(300, dtype=dtype), result[100:250].clone()
-    TORCH.momentum_slice(out, velocity, 0.9, got, 100, 250)
+    assert TORCH.momentum_slice(out, velocity, 0.9, got, 100, 250) is True
     if dtype == torch.float32:
         assert np.array_equal(out.numpy(), expected_out)
         assert np.array_equal(got.numpy(), expected_out[100:250])
     else:  # torch's own arithmetic in bfloat16
         assert torch.equal(got, out[100:250]) and torch.count_nonzero(out[:100]) == 0
+    bad = result[100:250].clone()
+    bad[7] = float("inf")  # the result's finiteness, checked on the way
+    assert TORCH.momentum_slice(torch.zeros_like(out), velocity, 0.9, bad, 100, 250) is False

@@ -488,13 +488,15 @@ class GradientExchange:
 
     def plain_gradient(self, position, result):
         """A plain step's averaged gradient ``position`` (flat, in place): with shared
-        velocities ``U = m U + result`` and ``result = U`` (:meth:`begin_plain_step`)."""
+        velocities ``U = m U + result`` and ``result = U`` (:meth:`begin_plain_step`).
+        Returns whether ``result`` is finite (under momentum checked in the same pass)."""
         split, _, held = self._whole
-        if self.sparsifier.momentum and position not in held:
-            start, stop = split.output_bounds[position]
-            velocity, offset = self._velocity_at(split, start)
-            velocity.momentum_step(self.ops, self.sparsifier.momentum, result, start - offset,
-                                   stop - offset)
+        if not self.sparsifier.momentum or position in held:
+            return self.ops.all_finite(result)
+        start, stop = split.output_bounds[position]
+        velocity, offset = self._velocity_at(split, start)
+        return velocity.momentum_step(self.ops, self.sparsifier.momentum, result, start - offset,
+                                      stop - offset)
 
     def whole_gradient(self, position, grad):
         """Write what gradient ``position`` of the layout sends in a whole step -- the

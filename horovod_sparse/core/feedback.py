@@ -64,8 +64,8 @@ class Buffer:
     def momentum_step(self, ops, momentum, result, start, stop):
         """Momentum SGD on an averaged gradient ``result`` (a velocity): ``u = m u +
         result`` over ``[start, stop)`` into the spare (committed by a swap), and
-        ``result = u`` in place."""
-        ops.momentum_slice(self.spare, self.current, momentum, result, start, stop)
+        ``result = u`` in place; return whether ``result`` is finite."""
+        return ops.momentum_slice(self.spare, self.current, momentum, result, start, stop)
 
     def adopt(self, ops, values, start, stop):
         """``current[start:stop] = values[start:stop]``."""

@@ -11,6 +11,8 @@ kernels keep each phase at one pass:
   its register (at the speed of numpy's ``add`` alone);
   :func:`accumulate_scan` also collects :func:`abs_ge_entries` over a range
   of the new ``acc``, each chunk while it is still in cache;
+* :func:`momentum_result` applies momentum SGD to an averaged gradient
+  (``u = m u + r``, ``r = u``) and checks finiteness in the same loop;
 * :func:`fill_zero` zeroes a large buffer with streaming stores, which skip
   reading the lines they overwrite;
 * :func:`sq_norm` sums the squares in float64 in one read (numpy's and
@@ -315,6 +317,16 @@ if numba is not None:
             nonfinite += not abs(value) <= FLOAT32_MAX
         return nonfinite == 0
 
+    @_jit
+    def _compiled_momentum_result(out, velocity, momentum, result):
+        nonfinite = 0
+        for i in range(result.size):
+            value = velocity[i] * momentum + result[i]
+            out[i] = value
+            result[i] = value
+            nonfinite += not abs(value) <= FLOAT32_MAX
+        return nonfinite == 0
+
     @numba.njit(inline="always")
     def _row(coefficients, r):
         return (coefficients[r, 0], coefficients[r, 1], coefficients[r, 2], coefficients[r, 3],
@@ -496,6 +508,21 @@ def all_finite(x):
     if x.dtype == np.float32:
         return _compiled_nonfinite32(x.reshape(-1).view(np.int32)) == 0
     return _compiled_nonfinite64(x.reshape(-1).view(np.int64)) == 0
+
+
+def momentum_result(out, velocity, momentum, result):
+    """Momentum SGD on an averaged gradient: ``out = momentum * velocity + result``
+    (each product and sum rounded, as numpy's two operations), then ``result =
+    out``, in one pass; return whether every element is finite.  Vectors of one
+    length (float32 compiled; others through numpy)."""
+    compiled = numba is not None and all(x.dtype == np.float32 and x.flags.c_contiguous
+                                         for x in (out, velocity, result))
+    if not compiled:
+        np.multiply(velocity, velocity.dtype.type(momentum), out=out)
+        np.add(out, result, out=out)
+        np.copyto(result, out)
+        return bool(np.isfinite(out).all())
+    return _compiled_momentum_result(out, velocity, np.float32(momentum), result)
 
 
 def accumulate(acc, residual, grad, scale=1.0, velocity_new=None, velocity_old=None,

@@ -182,9 +182,10 @@ class ArrayOps(abc.ABC):
     def momentum_slice(self, out, velocity, momentum, result, start, stop):
         """Momentum SGD on an averaged gradient ``result``: ``out[start:stop] =
         momentum * velocity[start:stop] + result``, then ``result = out[start:stop]``
-        in place."""
+        in place; return whether every element of ``result`` is finite."""
         self.scale_add_slice(out, velocity, momentum, result, start, stop)
         self.add_slice(result, out[start:stop], 0.0, 0, stop - start)
+        return self.all_finite(result)
 
     def all_finite(self, x):
         """Whether every element is finite: the float64 sum of float32 squares
@@ -344,6 +345,9 @@ class NumpyOps(ArrayOps):
 
     def all_finite(self, x):
         return kernels.all_finite(x)
+
+    def momentum_slice(self, out, velocity, momentum, result, start, stop):
+        return kernels.momentum_result(out[start:stop], velocity[start:stop], momentum, result)
 
     def accumulate_slice(self, acc, residual, grad, start, stop, scale=None, velocity=None,
                          momentum=0.0, nesterov=False):

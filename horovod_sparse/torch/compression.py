@@ -238,14 +238,17 @@ class SparseCompressor(WholeModelCompressor):
         ``position``, the exchange applies momentum to it); the last one ends the
         step.  Kept to a list append: on a small model a few hundred microseconds a
         step cost a whole Horovod cycle (``HOROVOD_CYCLE_TIME``)."""
-        if position is not None:
+        exchange = self.gradient_exchange
+        if position is None:
+            finite = exchange.ops.all_finite(tensor)
+        else:
             flat = tensor.reshape(-1)
-            self.gradient_exchange.plain_gradient(position, flat)
+            finite = exchange.plain_gradient(position, flat)
             if flat.data_ptr() != tensor.data_ptr():  # a strided gradient: reshape copied
                 tensor.copy_(flat.view(tensor.shape))
         results = self._whole_results
         results.append(tensor)
-        self._plain_finite = self._plain_finite and self.gradient_exchange.ops.all_finite(tensor)
+        self._plain_finite = self._plain_finite and finite
         if len(results) == len(self._recorded):
             self._end_whole_step(self._plain_finite)
         return tensor
