@@ -90,9 +90,11 @@ def steady(method, args):
     median step.  Steps in turn cancel the machine's drift, which epochs in turn
     only average; dense against dense again is the measurement's own error.  A
     later check inside the window probes as in training (the probe's periods then
-    hold the other runs' steps, which can only delay a switch)."""
+    hold the other runs' steps, which can only delay a switch).  The dense-step share
+    counts the window's last 1,000 steps at most (the compressor's history)."""
     runs = [training(DENSE, args), training(DENSE, args), training(method, args, "auto")]
     runs[2].epoch()
+    runs[2].model.train()  # as the dense runs, which have not evaluated
     steppers = [(run, batches(run)) for run in runs]
     times = [[] for _ in runs]
     for step in range(args.steady):
@@ -236,7 +238,7 @@ def write_steady(rows, args):
         "in the window (a check inside it probes sparse steps, as in training).", "",
         *STEADY.markdown(rows), "",
         f"Target: the fallback's step within 5 % of dense's: the slowest is {worst:.3f}x "
-        f"({'met' if worst <= 1.05 else 'missed'}); dense against dense again differs by up to "
+        f"({'met' if worst <= 1 / 0.95 else 'missed'}); dense against dense again differs by up to "
         f"{error:.1%}.", ""])
 
 

@@ -513,15 +513,16 @@ def all_finite(x):
 def momentum_result(out, velocity, momentum, result):
     """Momentum SGD on an averaged gradient: ``out = momentum * velocity + result``
     (each product and sum rounded, as numpy's two operations), then ``result =
-    out``, in one pass; return whether every element is finite.  Vectors of one
-    length (float32 compiled; others through numpy)."""
+    out`` (a copy), in one pass; return whether every element of ``result`` is
+    finite.  Vectors of one length (compiled where all are C-contiguous float32;
+    others through numpy)."""
     compiled = numba is not None and all(x.dtype == np.float32 and x.flags.c_contiguous
                                          for x in (out, velocity, result))
     if not compiled:
         np.multiply(velocity, velocity.dtype.type(momentum), out=out)
         np.add(out, result, out=out)
         np.copyto(result, out)
-        return bool(np.isfinite(out).all())
+        return bool(np.isfinite(result).all())
     return _compiled_momentum_result(out, velocity, np.float32(momentum), result)
 
 

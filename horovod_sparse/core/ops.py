@@ -184,7 +184,7 @@ class ArrayOps(abc.ABC):
         momentum * velocity[start:stop] + result``, then ``result = out[start:stop]``
         in place; return whether every element of ``result`` is finite."""
         self.scale_add_slice(out, velocity, momentum, result, start, stop)
-        self.add_slice(result, out[start:stop], 0.0, 0, stop - start)
+        self.copy_slice(result, out[start:stop], 0, stop - start)
         return self.all_finite(result)
 
     def all_finite(self, x):

@@ -48,8 +48,8 @@ class TorchOps(ArrayOps):
         torch.add(a[start:stop], b, out=out[start:stop])
 
     def momentum_slice(self, out, velocity, momentum, result, start, stop):
-        # one compiled pass over the tensors' memory, the finiteness check included: a
-        # plain dense step's ~6 small gradients cost 5-10 us a torch call
+        # one pass over the tensors' memory (compiled for float32), the finiteness check
+        # included: a plain dense step's ~6 small gradients cost 5-10 us a torch call
         hosts = [_host_view(x) for x in (out, velocity, result)]
         if any(host is None for host in hosts):
             return super().momentum_slice(out, velocity, momentum, result, start, stop)
