@@ -22,7 +22,6 @@ import sys
 
 import horovod.torch as hvd
 import numpy as np
-import torch
 
 import horovod_sparse
 from horovod_sparse.core.fallback import AutoFallback
@@ -78,9 +77,7 @@ def compare(method, args):
 def batches(run):
     """The shard's batches of ``run``, a fresh shuffle each epoch, endlessly."""
     while True:
-        order = torch.randperm(len(run.y_shard), generator=run.generator)
-        for step in range(run.steps_per_epoch):
-            yield order[step * run.batch_size:(step + 1) * run.batch_size]
+        yield from run.epoch_batches()
 
 
 def steady(method, args):

@@ -62,10 +62,8 @@ class Training:
         for group in optimizer.param_groups:  # cosine decay, the same for every method
             group["lr"] = self.lr * 0.5 * (1 + math.cos(math.pi * epoch / self.epochs))
         model.train()
-        order = torch.randperm(len(self.y_shard), generator=self.generator)
-        for step in range(self.steps_per_epoch):
-            self.step_times.append(self.step(order[step * self.batch_size:
-                                                   (step + 1) * self.batch_size]))
+        for batch in self.epoch_batches():
+            self.step_times.append(self.step(batch))
         model.eval()
         with torch.no_grad():
             accuracy = float((model(self.x_test).argmax(1) == self.y_test).float().mean())
@@ -73,6 +71,12 @@ class Training:
         if self.verbose and hvd.rank() == 0:
             print(f"[{self.compression}] epoch {epoch + 1:3d}/{self.epochs}  test accuracy "
                   f"{accuracy:.4f}", flush=True)
+
+    def epoch_batches(self):
+        """An epoch's batches of the shard (sample indices), freshly shuffled."""
+        order = torch.randperm(len(self.y_shard), generator=self.generator)
+        for step in range(self.steps_per_epoch):
+            yield order[step * self.batch_size:(step + 1) * self.batch_size]
 
     def step(self, batch):
         """One training step on the shard's samples ``batch``; its seconds."""
