@@ -26,8 +26,8 @@ bench: install
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/dense_below.py
 	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/fallback.py
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/fallback.py --page fallback_2ranks.md
-	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/fallback.py --steady 600
-	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/fallback.py --steady 600 \
+	$(VENV)/bin/horovodrun -np 4 --gloo $(PY) benchmarks/fallback.py --steady 100
+	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/fallback.py --steady 100 \
 		--page fallback_steady_2ranks.md
 	$(VENV)/bin/horovodrun -np 2 --gloo $(PY) benchmarks/sparse_allreduce.py
 	mpirun --allow-run-as-root -np 2 $(PY) benchmarks/sparse_allreduce.py --communicator mpi

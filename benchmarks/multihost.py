@@ -145,14 +145,15 @@ def demo(results):
 
 def fallback_run(args, scratch):
     """Where sparse wins: dense, ExDyna, and ExDyna with ``fallback="auto"`` at 1 Gbit/s,
-    the fallback run long enough to hold its first two checks (probes included);
-    writes ``docs/fallback_multihost.md``."""
+    the fallback run long enough to hold its checks up to the one after the
+    confirmed choice (probes included); writes ``docs/fallback_multihost.md``."""
     bring_up("1gbit")
     schedule = AutoFallback()
-    # At 1 Gbit/s a dense step costs ~4 sparse ones: the second check starts
-    # (probe + 1) * 3 / probe_cost (~900) steps after the first.
-    steps = schedule.warmup + math.ceil(schedule.block * 3 / schedule.probe_cost) \
-        + 2 * schedule.block + 20
+    # At 1 Gbit/s a dense step costs ~4 sparse ones: the first check chooses sparse,
+    # the check confirm_after steps on confirms it, and the next starts
+    # (probe + 1) * 3 / probe_cost (~900) steps after that.
+    steps = schedule.warmup + schedule.confirm_after \
+        + math.ceil(schedule.block * 3 / schedule.probe_cost) + 2 * schedule.block + 20
     iters = -(-steps // 3)  # synthetic.py: 3 batches per iteration, after 3 warm-up steps
     results = [run(DENSE, args, os.path.join(scratch, "dense.json")),
                run("exdyna", args, os.path.join(scratch, "exdyna.json")),
@@ -168,9 +169,11 @@ def fallback_run(args, scratch):
              f"{args.density}) across the two-host bed at 1 Gbit/s, one rank per host.  The "
              f"fallback run times {3 * iters} steps after 3 warm-up ones: its "
              f"{schedule.warmup} warm-up steps, its first check ({schedule.block} sparse and "
-             f"{schedule.block} dense steps, the first of each kind untimed) and the steps up to "
-             f"the next check, {schedule.block} |D - S| / ({schedule.probe_cost} min(D, S)) steps "
-             "after the first (D and S the dense and sparse step times; here D = "
+             f"{schedule.block} dense steps, the first of each kind untimed), the check "
+             f"{schedule.confirm_after} steps later that confirms a sparse first choice, and the "
+             f"steps after it, towards the next check {schedule.block} |D - S| / "
+             f"({schedule.probe_cost} min(D, S)) steps after that one (D and S the dense and "
+             "sparse step times; here D = "
              f"{step_d:.0f} ms and S = {step_s:.0f} ms: {gap:.0f} steps).", "",
              *Table(("run", lambda r: r["method"] + (", fallback=auto" if r["fallback"] else ""), ""),
                     ("total img/sec", "total_img_sec", ".1f"),

@@ -155,10 +155,16 @@ def test_fallback_benchmark_quick():
 
 @pytest.mark.horovod
 def test_fallback_steady_state_quick():
-    """The steady-state measurement: after an epoch alone, the fallback steps densely
-    (Top-k's sparse step costs several dense ones), in turn with two dense runs."""
+    """The steady-state measurement: once its first check has decided, the fallback
+    steps densely (Top-k's sparse step costs several dense ones), in turn with two
+    dense runs, in two blocks of fresh runs."""
     out = horovodrun(2, "benchmarks/fallback.py", "--methods", "topk", "--steady", 30,
-                     "--no-docs")
-    row = re.search(r"topk\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)%", out)
-    assert row and all(float(x) > 0 for x in row.groups()[:3]), out[-2000:]
-    assert float(row.group(4)) == 100.0, out[-2000:]
+                     "--blocks", 2, "--no-docs")
+    number = r"\s+([\d.]+)"
+    row = re.search("topk" + number * 5 + r"\s+([\d.]+)%", out)
+    assert row and all(float(x) > 0 for x in row.groups()[:5]), out[-2000:]
+    _, ratio, *blocks, _, share = map(float, row.groups())
+    assert min(blocks) <= ratio <= max(blocks), out[-2000:]
+    assert share == 100.0, out[-2000:]
+    pooled = re.search(r"Pooled over all 2 blocks: the fallback's step ([\d.]+)x", out)
+    assert pooled and float(pooled.group(1)) == pytest.approx(sum(blocks) / 2, abs=1e-3), out[-2000:]

@@ -39,22 +39,28 @@ def test_dense_is_chosen_where_it_is_faster_and_rechecked():
 
 
 def test_sparse_stays_where_it_pays():
+    """A sparse first choice is confirmed by the next check, 6 steps on."""
     policy = AutoFallback(probe=2, recheck_every=10, probe_cost=0.9, warmup=1)
-    assert schedule(policy, 21, {"sparse": 1.0, "dense": 2.0}) == "s" + "sssDDDssss" * 2
+    assert (schedule(policy, 27, {"sparse": 1.0, "dense": 2.0})
+            == "s" + "sssDDD" + "sssDDDssss" * 2)
 
 
-@pytest.mark.parametrize("seconds,check", [({"sparse": 3.0, "dense": 1.0}, 610),
-                                           ({"sparse": 1.0, "dense": 4.0}, 910),
-                                           ({"sparse": 1.0, "dense": 1.001}, 210)])
-def test_a_clear_loser_is_probed_within_the_probe_cost(seconds, check):
+@pytest.mark.parametrize("seconds,decided,check", [({"sparse": 3.0, "dense": 1.0}, 10, 610),
+                                                   ({"sparse": 1.0, "dense": 4.0}, 60, 960),
+                                                   ({"sparse": 1.0, "dense": 1.001}, 60, 260)])
+def test_a_clear_loser_is_probed_within_the_probe_cost(seconds, decided, check):
     """After 10 warm-up steps, the next check is ``L = max(200, 3 |D - S| / (0.01
-    min(D, S)))`` steps after the first started: probing the losing kind costs
-    1 % of the time."""
+    min(D, S)))`` steps after the deciding one started (a sparse first choice
+    is confirmed by a check 50 steps on, which then decides): probing the
+    losing kind costs 1 % of the time."""
     policy = AutoFallback()
     kinds = schedule(policy, check + 6, seconds)
-    winner = "D" if seconds["dense"] < seconds["sparse"] else "s"
-    assert policy.check == check
-    assert kinds == "s" * 10 + "sssDDD" + winner * (check - 16) + "sssDDD"
+    if seconds["dense"] < seconds["sparse"]:
+        expected = "s" * 10 + "sssDDD" + "D" * (check - 16) + "sssDDD"
+    else:
+        expected = "s" * 10 + ("sssDDD" + "s" * 44) + "sssDDD" + "s" * (check - 66) + "sssDDD"
+    assert policy.check == check and check - decided >= 200
+    assert kinds == expected
 
 
 def test_one_slow_probe_step_does_not_decide():
@@ -100,6 +106,20 @@ def test_a_later_change_of_choice_is_confirmed_first():
     policy = AutoFallback()
     assert schedule(policy, 700, lasting) == first + "s" * 34
     assert policy.choice == "sparse" and policy.check == 660 + 600
+
+
+def test_a_sparse_first_choice_is_confirmed_first():
+    """Both timed dense steps of the first check held up (steps 13-15): sparse
+    steps that cost 3x dense ones run only until the confirming check 50 steps
+    on, which decides dense alone -- not for the 600 steps the first check's
+    timings would allow."""
+    def burst(step, kind):
+        return 9.0 if kind == "dense" and 13 <= step <= 15 else {"sparse": 3.0, "dense": 1.0}[kind]
+
+    policy = AutoFallback()
+    assert (schedule(policy, 200, burst)
+            == "s" * 10 + "sssDDD" + "s" * 44 + "sssDDD" + "D" * 134)
+    assert policy.choice == "dense" and policy.check == 60 + 600
 
 
 @pytest.mark.parametrize("arguments", [{"probe": 0}, {"recheck_every": 4}, {"warmup": -1},

@@ -14,16 +14,20 @@ ranks still starting), each *check* runs::
                           each kind in whole microseconds (one allreduce of
                           two integers: exact in any order); all decide alike
 
-and the faster kind runs until the next check -- at the first check at
-once; later, a check that finds the other kind faster is confirmed first: the
-next check comes ``max(2 (1 + probe), recheck_every / 4)`` steps after it
-started, and the choice changes only when that one agrees.  (One burst of
-load from elsewhere can make both timed steps of a kind slow; on the digits
-MLP such a check once chose sparse steps that cost 3x dense ones for the
-next 200 steps.)  A step's time is this rank's
-*period*, from the start of the step to the start of the next, so both kinds
-include the same forward and backward passes and a dense step that overlaps
-the backward pass is credited for it.  Each kind counts its shortest period,
+and the faster kind runs until the next check.  A check that needs
+confirming -- the first when it finds sparse faster, a later one that finds
+the other kind faster -- brings the next check to ``max(2 (1 + probe),
+recheck_every / 4)`` steps after its start, and the choice (a later one's:
+the change) holds only when that one agrees.  (One burst of load from
+elsewhere can make both timed steps of a kind slow; on the digits MLP such a
+check once chose sparse steps that cost 3x dense ones for the next 200 steps,
+and a first check at 2 ranks chose CLT-k's 2.8x dense sparse steps once in 50
+runs.  Only a sparse first choice is confirmed: dense is what Horovod does
+without the compressor, and a dense step never costs more than that.)
+
+A step's time is this rank's *period*, from the start of the step to the
+start of the next, so both kinds include the same forward and backward passes
+and a dense step that overlaps the backward pass is credited for it.  Each kind counts its shortest period,
 because a step is only ever slowed down by what else runs (another process on
 the core, a rank still catching up); the ranks' means ``D`` (dense) and ``S``
 (sparse) decide: dense where ``D < S``.
@@ -115,9 +119,10 @@ class AutoFallback:
             raise ValueError(f"recheck_every ({recheck_every}) must exceed 2 * (probe + 1) "
                              f"({2 * self.block})")
         self.probe_cost = check_number("probe_cost", probe_cost, 0.0, 1.0, closed=(False, False))
+        self.confirm_after = max(2 * self.block, self.recheck_every // 4)  # steps to a confirming check
         self.choice = "sparse"
         self.decided = False       # the first check has decided
-        self.confirming = False    # the last check found the other kind faster
+        self.confirming = False    # the next check's finding holds as it is
         self.step = -1             # the step in progress (-1: none yet)
         self.check = self.warmup   # the step the next check starts at
         self._periods = {kind: [] for kind in KINDS}
@@ -157,15 +162,19 @@ class AutoFallback:
 
     def decide(self, summed, size):
         """The ranks' summed reports: dense where the mean shortest dense period is
-        the shorter (a change of choice after the first check once confirmed);
-        the next check ``L`` steps after this one's start."""
+        the shorter (a sparse first choice, or a change of choice after the first,
+        once confirmed); the next check ``L`` steps after this one's start."""
         dense, sparse = summed[0] / size, summed[1] / size
         faster = "dense" if dense < sparse else "sparse"
         if faster != self.choice and self.decided and not self.confirming:
             self.confirming = True
-            self.check += max(2 * self.block, self.recheck_every // 4)
+            self.check += self.confirm_after
             return
-        self.choice, self.decided, self.confirming = faster, True, False
+        first_sparse = faster == "sparse" and not self.decided
+        self.choice, self.decided, self.confirming = faster, True, first_sparse
+        if first_sparse:
+            self.check += self.confirm_after
+            return
         shorter = min(dense, sparse)
         budget = (self.block * abs(dense - sparse) / (self.probe_cost * shorter)
                   if shorter > 0 else 0)

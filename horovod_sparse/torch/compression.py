@@ -111,8 +111,8 @@ class SparseCompressor(WholeModelCompressor):
         (``overall_density`` counts both).
     fallback : ``"auto"`` times sparse and dense steps and runs the faster,
         re-checking now and then (checks at least 200 steps apart, the slower
-        kind probed within 1 % of the training time, a change of choice
-        confirmed by a second check; ``core.fallback``);
+        kind probed within 1 % of the training time, a sparse first choice and
+        a later change of choice confirmed by a second check; ``core.fallback``);
         ``None`` (default) always runs the method.
 
     Metrics (``metrics()``, ``history``, ``summary()``) and checkpoint state
