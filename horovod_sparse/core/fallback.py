@@ -23,14 +23,15 @@ elsewhere can make both timed steps of a kind slow; on the digits MLP such a
 check once chose sparse steps that cost 3x dense ones for the next 200 steps,
 and a first check at 2 ranks chose CLT-k's 2.8x dense sparse steps once in 50
 runs.  Only a sparse first choice is confirmed: dense is what Horovod does
-without the compressor, and a dense step never costs more than that.)
+without the compressor, so a wrong dense choice only forgoes a speed-up,
+while a wrong sparse one makes training slower than without the compressor.)
 
 A step's time is this rank's *period*, from the start of the step to the
 start of the next, so both kinds include the same forward and backward passes
-and a dense step that overlaps the backward pass is credited for it.  Each kind counts its shortest period,
-because a step is only ever slowed down by what else runs (another process on
-the core, a rank still catching up); the ranks' means ``D`` (dense) and ``S``
-(sparse) decide: dense where ``D < S``.
+and a dense step that overlaps the backward pass is credited for it.  Each
+kind counts its shortest period, because a step is only ever slowed down by
+what else runs (another process on the core, a rank still catching up); the
+ranks' means ``D`` (dense) and ``S`` (sparse) decide: dense where ``D < S``.
 
 The next check comes ``L`` steps after this one started, where ``L`` keeps
 probing the losing kind within ``probe_cost`` of the training time::
@@ -162,8 +163,10 @@ class AutoFallback:
 
     def decide(self, summed, size):
         """The ranks' summed reports: dense where the mean shortest dense period is
-        the shorter (a sparse first choice, or a change of choice after the first,
-        once confirmed); the next check ``L`` steps after this one's start."""
+        the shorter.  The next check comes ``L`` steps after this one's start, or
+        :attr:`confirm_after` steps where this one needs confirming: a sparse
+        first choice (it runs meanwhile, and the confirming check decides alone)
+        or a change of choice (it waits for the confirming check's agreement)."""
         dense, sparse = summed[0] / size, summed[1] / size
         faster = "dense" if dense < sparse else "sparse"
         if faster != self.choice and self.decided and not self.confirming:
