@@ -99,8 +99,8 @@ def paper_next(thr, K, k):
 
 
 def ladder(thr, low, fall):
-    """Our controller's rungs: every 0.004 in log from log(low * fall) to 0.7, then 8 up to log 4."""
-    floor = math.log(low * fall)
+    """Our controller's rungs: every 0.004 in log from log(min(low, fall)) to 0.7, then 8 up to log 4."""
+    floor = math.log(min(low, fall))
     count = int((0.7 - floor) / 0.004) + 1
     logs = [floor + 0.004 * j for j in range(count)]
     logs += list(np.linspace(0.7, math.log(4.0), 9)[1:])
@@ -282,7 +282,7 @@ def exclusive(grads, density, control="adaptive", rebalance=None, initial="estim
             continue
         if chosen > 0 and totals[chosen] > 0:
             a = math.log(totals[0] / totals[chosen]) / math.log(rungs[chosen] / rungs[0])
-            low = min(max(4.0 ** (-1.0 / max(a, 1e-3)), 0.5), 0.8)
+            low = min(max(4.0 ** (-1.0 / max(a, 1e-3)), 0.5), 0.9)
         else:
             low = 0.5
         fall = min(1.0, thr / rungs[chosen])

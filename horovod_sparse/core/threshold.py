@@ -33,10 +33,16 @@ the ladder was built on).
   the ladder's resolution (a 0.4 % threshold step moves the count by about
   ``0.4 a`` % for a tail ``K(thr) ~ thr^-a``), and a jump of the gradient
   scale within the ladder is absorbed at once.  ``low = 4 ** (-1/a)``
-  (clipped to ``[0.5, 0.8]``) follows the measured exponent ``a``, bounding
-  the candidates (elements above ``low * thr``): a few ``k`` on moderate
-  tails, 8-30 ``k`` on the steep ones error feedback piles up below the
-  threshold (the wide MLP of ``benchmarks/synthetic.py``).
+  (clipped to ``[0.5, 0.9]``) follows the measured exponent ``a``, bounding
+  the candidates (elements above the lowest rung, ``low * thr``): about
+  ``4 k`` on moderate tails, ~14 ``k`` on the steep ones error feedback
+  piles up below the threshold (the wide MLP of ``benchmarks/synthetic.py``,
+  whose threshold rises ~3 % a step).  After a step whose threshold rose
+  the lowest rung is ``min(low, fall) * thr``, ``fall`` the ratio of the
+  threshold before to the one after: the ladder reaches back to where it
+  was (a one-step spike) without widening further.  A larger fall than the
+  ladder holds selects fewer than ``k`` for a step (the lowest rung), and
+  the next ladder starts from ``low = 0.5``.
 """
 
 import math
@@ -106,23 +112,24 @@ class AdaptiveControl:
     Hyper-parameters: ``resolution`` (0.004, log spacing of the fine rungs),
     ``span`` (0.7: fine rungs reach ``e**span``, about twice, the last threshold),
     ``reach`` (4: 8 coarse rungs from there up to ``reach`` times it),
-    ``low`` in ``[0.5, 0.8]`` (starts at 0.5: the lowest rung and candidate
+    ``low`` in ``[0.5, 0.9]`` (starts at 0.5: the lowest rung and candidate
     floor).  After a step whose threshold rose (a one-step spike of the
-    gradient scale), the floor also reaches the threshold before it.
+    gradient scale), the floor reaches the threshold before it: the lowest
+    rung is ``min(low, fall)`` times the last threshold.
     """
 
     name = "adaptive"
     sends_one_when_empty = False
     reestimates = True  # re-measures from the data after a count far from k
     resolution, span, reach, coarse = 0.004, 0.7, 4.0, 8
-    low_range = (0.5, 0.8)
+    low_range = (0.5, 0.9)
 
     def __init__(self):
         self.low = self.low_range[0]
         self.fall = 1.0  # previous / current threshold when it rose, else 1
 
     def rungs(self, threshold):
-        floor = math.log(self.low * self.fall)
+        floor = math.log(min(self.low, self.fall))
         fine = floor + self.resolution * np.arange(int((self.span - floor) / self.resolution) + 1)
         coarse = np.linspace(self.span, math.log(self.reach), self.coarse + 1)[1:]
         return threshold * np.exp(np.concatenate([fine, coarse]))
