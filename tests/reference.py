@@ -99,8 +99,8 @@ def paper_next(thr, K, k):
 
 
 def ladder(thr, low, fall):
-    """Our controller's rungs: every 0.004 in log from log(min(low, fall)) to 0.7, then 8 up to log 4."""
-    floor = math.log(min(low, fall))
+    """Our controller's rungs: every 0.004 in log from log(low * fall) to 0.7, then 8 up to log 4."""
+    floor = math.log(low * fall)
     count = int((0.7 - floor) / 0.004) + 1
     logs = [floor + 0.004 * j for j in range(count)]
     logs += list(np.linspace(0.7, math.log(4.0), 9)[1:])

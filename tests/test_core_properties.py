@@ -539,6 +539,15 @@ def test_adaptive_ladder_reaches_back_after_a_one_step_spike():
     assert all(abs(ratio - 1) <= 0.06 for ratio in steps), steps
 
 
+def test_adaptive_ladder_holds_a_spike_that_falls_below_its_start():
+    """The scale jumps 1.6x for one step and falls back below where it started
+    (the digits run's last epochs): the ladder after the spike reaches
+    ``low * fall`` below the spike's threshold, past the threshold before it,
+    so the count stays within the ladder's resolution of k."""
+    steps = _ladder_run([1.0] * 10 + [1.6] + [0.92] * 10)
+    assert all(abs(ratio - 1) <= 0.06 for ratio in steps), steps
+
+
 def test_dgc_paper_variant_skips_an_empty_tensor():
     """A zero-size tensor of two dimensions selects nothing (no sample to rank)."""
     layout = Layout(names=("w", "empty", "b"), shapes=((4, 4), (0, 3), (7,)),

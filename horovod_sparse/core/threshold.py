@@ -34,15 +34,14 @@ the ladder was built on).
   ``0.4 a`` % for a tail ``K(thr) ~ thr^-a``), and a jump of the gradient
   scale within the ladder is absorbed at once.  ``low = 4 ** (-1/a)``
   (clipped to ``[0.5, 0.9]``) follows the measured exponent ``a``, bounding
-  the candidates (elements above the lowest rung, ``low * thr``): about
-  ``4 k`` on moderate tails, ~14 ``k`` on the steep ones error feedback
-  piles up below the threshold (the wide MLP of ``benchmarks/synthetic.py``,
-  whose threshold rises ~3 % a step).  After a step whose threshold rose
-  the lowest rung is ``min(low, fall) * thr``, ``fall`` the ratio of the
-  threshold before to the one after: the ladder reaches back to where it
-  was (a one-step spike) without widening further.  A larger fall than the
-  ladder holds selects fewer than ``k`` for a step (the lowest rung), and
-  the next ladder starts from ``low = 0.5``.
+  the candidates (elements above the lowest rung): a few ``k`` on moderate
+  tails, ~17 ``k`` on the steep ones error feedback piles up below the
+  threshold (the wide MLP of ``benchmarks/synthetic.py``; 34 ``k`` with
+  ``low`` up to 0.8).  After a step whose threshold rose by ``1/fall`` the
+  lowest rung is ``low * fall`` times the threshold: a spike that falls
+  back below where it started (the digits run's last epochs: up 1.4-1.9x,
+  then down to 0.5-0.7 of that) stays inside the ladder, which
+  ``min(low, fall)`` did not hold (one step at 0.2-0.5 ``k``).
 """
 
 import math
@@ -114,8 +113,9 @@ class AdaptiveControl:
     ``reach`` (4: 8 coarse rungs from there up to ``reach`` times it),
     ``low`` in ``[0.5, 0.9]`` (starts at 0.5: the lowest rung and candidate
     floor).  After a step whose threshold rose (a one-step spike of the
-    gradient scale), the floor reaches the threshold before it: the lowest
-    rung is ``min(low, fall)`` times the last threshold.
+    gradient scale), the floor also reaches ``fall`` (the threshold before it
+    over the one after) further down: the lowest rung is ``low * fall``
+    times the last threshold.
     """
 
     name = "adaptive"
@@ -129,7 +129,7 @@ class AdaptiveControl:
         self.fall = 1.0  # previous / current threshold when it rose, else 1
 
     def rungs(self, threshold):
-        floor = math.log(min(self.low, self.fall))
+        floor = math.log(self.low * self.fall)
         fine = floor + self.resolution * np.arange(int((self.span - floor) / self.resolution) + 1)
         coarse = np.linspace(self.span, math.log(self.reach), self.coarse + 1)[1:]
         return threshold * np.exp(np.concatenate([fine, coarse]))
