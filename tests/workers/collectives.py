@@ -5,6 +5,7 @@ argv: torch | tensorflow | mpi4py, out.  Every rank reports ``checks`` (``record
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -58,7 +59,22 @@ def main():
     table = comm.allgather_host(np.array([rank, 7], dtype=np.int64))
     checks["allgather_host"] = table.tolist() == [[r, 7] for r in range(size)]
     checks["broadcast_host"] = comm.broadcast_host(np.array([rank], dtype=np.int64), 0).tolist() == [0]
+    if sys.argv[1] == "torch":
+        checks["waits_without_spinning"] = waits_without_spinning(comm, wrap)
     report(sys.argv[2], rank, checks={k: bool(v) for k, v in checks.items()})
+
+
+def waits_without_spinning(comm, wrap, late=1.0):
+    """The last rank joins an allreduce ``late`` seconds after the others: they wait
+    sleeping (Horovod's ``hvd.synchronize`` would spin a core each).  Over Gloo
+    only: an MPI library's collective may spin in Horovod's background thread."""
+    import horovod.torch as hvd
+    if comm.rank == comm.size - 1:
+        time.sleep(late)
+    cpu = time.process_time()  # every thread of this process
+    comm.allreduce_sum(wrap(np.ones(1, dtype=np.float32)))
+    spent = time.process_time() - cpu
+    return hvd.mpi_enabled() or comm.rank == comm.size - 1 or spent < late / 2
 
 
 if __name__ == "__main__":
