@@ -169,13 +169,13 @@ class AutoFallback:
         or a change of choice (it waits for the confirming check's agreement)."""
         dense, sparse = summed[0] / size, summed[1] / size
         faster = "dense" if dense < sparse else "sparse"
-        if faster != self.choice and self.decided and not self.confirming:
+        change = faster != self.choice and self.decided and not self.confirming
+        if not change:
+            self.confirming = faster == "sparse" and not self.decided  # a sparse first choice
+            self.choice, self.decided = faster, True
+        else:
             self.confirming = True
-            self.check += self.confirm_after
-            return
-        first_sparse = faster == "sparse" and not self.decided
-        self.choice, self.decided, self.confirming = faster, True, first_sparse
-        if first_sparse:
+        if self.confirming:
             self.check += self.confirm_after
             return
         shorter = min(dense, sparse)

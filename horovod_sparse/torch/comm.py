@@ -41,8 +41,11 @@ class HorovodTorchCommunicator(ProcessSetCommunicator):
     def _itemsize(self, x):
         return x.element_size()
 
-    def _allgather(self, x, counts):
-        return _wait(hvd.allgather_async(x, name=self._name(), process_set=self.process_set))
+    def _allgather(self, x, counts=None):
+        return _wait(self._allgather_async(x))
+
+    def _allgather_async(self, x):
+        return hvd.allgather_async(x, name=self._name(), process_set=self.process_set)
 
     def _allreduce_sum(self, x):
         return _wait(hvd.allreduce_async(x, op=hvd.Sum, name=self._name(),
@@ -59,12 +62,11 @@ class HorovodTorchCommunicator(ProcessSetCommunicator):
         return received, received_splits.tolist()
 
     def _allgather_host(self, array):
-        return self._allgather(torch.from_numpy(array[None]), None).numpy()
+        return self._allgather(torch.from_numpy(array[None])).numpy()
 
     def _allgather_host_within(self, array, timeout):
-        handle = hvd.allgather_async(torch.from_numpy(array[None]), name=self._name(),
-                                     process_set=self.process_set)
-        return _wait(handle, timeout, self.rank).numpy()
+        return _wait(self._allgather_async(torch.from_numpy(array[None])), timeout,
+                     self.rank).numpy()
 
     def _broadcast_host(self, array, root):
         return self._broadcast(torch.from_numpy(array), root).numpy()
