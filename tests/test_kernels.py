@@ -210,6 +210,60 @@ def test_accumulate_scan_of_a_gradient_in_acc_itself_and_nonfinite():
     assert np.array_equal(indices, reference_abs_ge(want, 1.0, 100, 2 * CHUNK))
 
 
+STREAMED = kernels.STREAM_MIN_BYTES // 4 + 1001  # float32s: a slice written with streaming stores
+
+
+@pytest.mark.parametrize("offset", [0, 1, 7])
+@pytest.mark.parametrize("scale", [1.0, 0.37])
+@pytest.mark.parametrize("bad", [None, "head", "line", "tail", "overflow"])
+def test_streamed_accumulate_is_the_numpy_expression_bit_for_bit(offset, scale, bad):
+    """A slice large enough for streaming stores, from any alignment (a scalar head
+    and tail around the vector lines): the same bits as numpy, nothing written
+    outside the slice, and a nonfinite result found wherever it is."""
+    rng = np.random.default_rng(offset)
+    residual = rng.standard_normal(STREAMED).astype(np.float32)
+    grad = rng.standard_cauchy(STREAMED).astype(np.float32)
+    where = {"head": 2, "line": STREAMED // 2, "tail": STREAMED - 2, "overflow": 999}.get(bad)
+    if bad == "overflow":  # finite inputs whose sum overflows
+        residual[where] = grad[where] = np.finfo(np.float32).max
+        scale = 1.0
+    elif bad is not None:
+        grad[where] = np.nan
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = residual + grad * np.float32(scale)
+    outer = np.full(STREAMED + offset + 9, -2.5, np.float32)
+    acc = outer[offset:offset + STREAMED]
+    assert kernels._streamed(acc, residual, grad)
+    assert kernels.accumulate(acc, residual, grad, scale) is (bad is None)
+    assert np.array_equal(acc.view(np.int32), want.view(np.int32))
+    assert (outer[:offset] == -2.5).all() and (outer[offset + STREAMED:] == -2.5).all()
+
+
+@pytest.mark.parametrize("lo,hi", [(5, STREAMED - 5), (1000, 1017), (4096, 2 * STREAMED // 3),
+                                   (3, STREAMED + 3)])
+@pytest.mark.parametrize("in_acc", [False, True])
+def test_streamed_accumulate_scan_is_accumulate_then_abs_ge_entries(lo, hi, in_acc):
+    """The streamed scan over sub-ranges that start and stop anywhere in a line,
+    with the gradient in a separate buffer or in ``acc`` itself, tie-heavy values
+    (many exactly at the threshold), an infinity among the hits, and more hits
+    than the output was sized for (it grows)."""
+    start, stop = 3, STREAMED + 3
+    residual = tie_heavy(STREAMED + 10, seed=lo, kind="integers")
+    grad = tie_heavy(STREAMED, seed=hi, kind="integers")
+    grad[lo - start + 1] = np.inf
+    want = np.full(STREAMED + 10, 0.5, np.float32)
+    want[start:stop] = residual[start:stop] + grad
+    acc = np.full(STREAMED + 10, 0.5, np.float32)
+    if in_acc:
+        acc[start:stop] = grad
+        grad = acc[start:stop]
+    finite, indices, values = kernels.accumulate_scan(acc, residual, grad, 1.0, start, stop,
+                                                      lo, hi, 17.0, expected=10)
+    assert finite is False and np.array_equal(acc, want)
+    assert np.array_equal(indices, reference_abs_ge(want, 17.0, lo, hi))
+    assert np.array_equal(values, want[indices])
+
+
 def test_accumulate_of_the_largest_float_is_finite():
     largest = np.full(1000, np.finfo(np.float32).max, np.float32)
     acc, zeros = np.empty(1000, np.float32), np.zeros(1000, np.float32)

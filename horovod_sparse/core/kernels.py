@@ -10,7 +10,12 @@ kernels keep each phase at one pass:
   and checks that every result is finite in the same loop, on the value in
   its register (at the speed of numpy's ``add`` alone);
   :func:`accumulate_scan` also collects :func:`abs_ge_entries` over a range
-  of the new ``acc``, each chunk while it is still in cache;
+  of the new ``acc``, each chunk while it is still in cache.  A slice of at
+  least ``STREAM_MIN_BYTES`` (without momentum) is formed a cache line at a
+  time as one vector and written with streaming stores, which skip reading
+  the line they overwrite: three streams instead of four, and the hits are
+  taken from the vector in its register (measured on 16.8M float32s: 4 ms
+  against 7 ms for the same loop through the cache);
 * :func:`momentum_result` applies momentum SGD to an averaged gradient
   (``u = m u + r``, ``r = u``) and checks finiteness in the same loop;
 * :func:`fill_zero` zeroes a large buffer with streaming stores, which skip
@@ -60,7 +65,10 @@ _COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no 
 KEY_SHIFT = 16  # float32 bits >> 16: the exponent and 7 mantissa bits (128 keys an octave)
 HISTOGRAMS = 4  # interleaved copies of the ladder's histogram
 LINE = 64  # bytes of a cache line: the streaming zero's store
-STREAM_MIN_BYTES = 1 << 22  # smaller buffers are zeroed through the cache (they stay in it)
+LINE_FLOATS = LINE // 4  # float32s in a line: one vector of the streaming accumulate
+LINE_HITS = (1 << LINE_FLOATS) - 1  # the hit bits of _accumulate_line's masks
+STREAM_MIN_BYTES = 1 << 22  # smaller buffers are written through the cache (they stay in it)
+STREAM_CHUNK = 1 << 14  # elements the streaming accumulate writes before it appends their hits
 MIN_CAPACITY = 1024  # entries abs_ge_entries makes room for at least
 FLOAT32_MAX = np.float32(np.finfo(np.float32).max)
 HASH_PRIME = 2 ** 31 - 1  # the sketch's Mersenne modulus: products of two residues fit in int64
@@ -256,6 +264,158 @@ if numba is not None:
             store.set_metadata("nontemporal",
                                builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
         return numba.types.void(data, offset), codegen
+
+    @intrinsic
+    def _accumulate_line(typingctx, acc, residual, grad, line, offset, grad_offset, scale,
+                         threshold):
+        """One line of float32s (``LINE_FLOATS``) of ``acc = residual + grad * scale``
+        at ``acc[offset:]`` (aligned to a line) from ``residual[offset:]`` and
+        ``grad[grad_offset:]``, as one vector: the product and the sum each rounded
+        (no fused multiply-add), the result stored with LLVM's ``!nontemporal``
+        hint (straight to memory: a plain store would first read the line it
+        overwrites, a fourth stream next to the two reads and the write) and
+        copied into ``line`` (a small array that stays in the cache).  Returns
+        the bit masks ``hits | nonfinite << LINE_FLOATS``: lane ``j`` is a hit if
+        ``|value| >= threshold`` (NaN never is), nonfinite if it is inf or NaN."""
+        def codegen(context, builder, signature, args):
+            arrays = [context.make_array(signature.args[k])(context, builder, args[k])
+                      for k in range(4)]
+            vector = ir.VectorType(ir.FloatType(), LINE_FLOATS)
+            lanes = ir.VectorType(ir.IntType(32), LINE_FLOATS)
+
+            def at(array, offset):
+                return builder.bitcast(builder.gep(array.data, [offset]), vector.as_pointer())
+
+            def splat(value):
+                one = builder.insert_element(ir.Constant(vector, ir.Undefined), value,
+                                             ir.Constant(ir.IntType(32), 0))
+                return builder.shuffle_vector(one, ir.Constant(vector, ir.Undefined),
+                                              ir.Constant(lanes, [0] * LINE_FLOATS))
+
+            def mask(bits):
+                word = builder.bitcast(bits, ir.IntType(LINE_FLOATS))
+                return builder.zext(word, ir.IntType(64))
+
+            acc_data, residual_data, grad_data, line_data = arrays
+            value = builder.fadd(builder.load(at(residual_data, args[4]), align=4),
+                                 builder.fmul(builder.load(at(grad_data, args[5]), align=4),
+                                              splat(args[6])))
+            store = builder.store(value, at(acc_data, args[4]), align=LINE)
+            store.set_metadata("nontemporal",
+                               builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+            builder.store(value, at(line_data, ir.Constant(ir.IntType(64), 0)), align=4)
+            magnitude = builder.bitcast(
+                builder.and_(builder.bitcast(value, lanes),
+                             ir.Constant(lanes, [0x7FFFFFFF] * LINE_FLOATS)), vector)
+            hits = mask(builder.fcmp_ordered(">=", magnitude, splat(args[7])))
+            nonfinite = mask(builder.fcmp_unordered(">", magnitude, splat(
+                ir.Constant(ir.FloatType(), float(FLOAT32_MAX)))))
+            return builder.or_(hits, builder.shl(nonfinite, ir.Constant(ir.IntType(64),
+                                                                        LINE_FLOATS)))
+        return numba.types.int64(acc, residual, grad, line, offset, grad_offset, scale,
+                                 threshold), codegen
+
+    @intrinsic
+    def _store_fence(typingctx):
+        """Order the streaming stores before any later store (x86: ``mfence``), so
+        another thread that is handed the buffer reads what they wrote."""
+        def codegen(context, builder, signature, args):
+            builder.fence("seq_cst")
+        return numba.types.void(), codegen
+
+    @_jit
+    def _scalar_range(acc, residual, grad, shift, first, last, scale, scan, threshold,
+                      indices, values, count):
+        """:func:`_stream_range` element by element, through the cache."""
+        nonfinite = 0
+        for i in range(first, last):
+            value = residual[i] + grad[i - shift] * scale
+            acc[i] = value
+            nonfinite += not abs(value) <= FLOAT32_MAX
+            if scan and abs(value) >= threshold:
+                if count == indices.size:
+                    indices, values = _grown(indices, values, count, count + 1)
+                indices[count], values[count] = i, value
+                count += 1
+        return nonfinite, indices, values, count
+
+    @_jit
+    def _stream_lines(acc, residual, grad, shift, first, last, scale, scan, threshold, line,
+                      indices, values):
+        """:func:`_accumulate_line` over the whole lines ``[first, last)`` (aligned);
+        with ``scan``, the hits are written into ``indices`` and ``values`` (room
+        for every element) from 0.  Returns the number of nonfinite results and
+        of hits.  (No buffer is replaced in this loop: numba would count
+        references to it on every line.)"""
+        nonfinite = count = 0
+        for offset in range(first, last, LINE_FLOATS):
+            bits = _accumulate_line(acc, residual, grad, line, offset, offset - shift, scale,
+                                    threshold)
+            nonfinite += bits >> LINE_FLOATS != 0
+            hits = bits & LINE_HITS if scan else 0
+            while hits:  # the set bits, lowest first
+                j = trailing_zeros(hits)
+                indices[count], values[count] = offset + j, line[j]
+                count += 1
+                hits &= hits - 1
+        return nonfinite, count
+
+    @_jit
+    def _stream_range(acc, residual, grad, shift, first, last, scale, scan, threshold, chunk,
+                      indices, values, count):
+        """``acc[i] = residual[i] + grad[i - shift] * scale`` for ``i`` in ``[first,
+        last)``, the whole lines ``STREAM_CHUNK`` elements at a time by
+        :func:`_stream_lines` (``chunk``: its buffers); with ``scan``, append the
+        ``(i, acc[i])`` with ``|acc[i]| >= threshold`` at ``count`` (the buffers
+        grown as needed).  Returns the number of nonfinite results, the buffers
+        and the count of entries."""
+        line, chunk_indices, chunk_values = chunk
+        lines_start = min(first + (-(acc.ctypes.data + 4 * first)) % LINE // 4, last)
+        lines_stop = lines_start + (last - lines_start) // LINE_FLOATS * LINE_FLOATS
+        nonfinite, indices, values, count = _scalar_range(
+            acc, residual, grad, shift, first, lines_start, scale, scan, threshold, indices,
+            values, count)
+        for chunk_start in range(lines_start, lines_stop, STREAM_CHUNK):
+            bad, found = _stream_lines(acc, residual, grad, shift, chunk_start,
+                                       min(chunk_start + STREAM_CHUNK, lines_stop), scale, scan,
+                                       threshold, line, chunk_indices, chunk_values)
+            nonfinite += bad
+            if count + found > indices.size:
+                indices, values = _grown(indices, values, count, count + found)
+            indices[count:count + found] = chunk_indices[:found]
+            values[count:count + found] = chunk_values[:found]
+            count += found
+        tail, indices, values, count = _scalar_range(
+            acc, residual, grad, shift, lines_stop, last, scale, scan, threshold, indices,
+            values, count)
+        return nonfinite + tail, indices, values, count
+
+    @_jit
+    def _compiled_stream_accumulate(acc, residual, grad, scale):
+        no_hits = np.empty(0, np.int64), np.empty(0, np.float32)
+        chunk = np.empty(LINE_FLOATS, np.float32), *no_hits
+        nonfinite = _stream_range(acc, residual, grad, 0, 0, acc.size, scale, False,
+                                  np.float32(0), chunk, *no_hits, 0)[0]
+        _store_fence()
+        return nonfinite == 0
+
+    @_jit
+    def _compiled_stream_accumulate_scan(acc, residual, grad, scale, start, stop, lo, hi,
+                                         threshold, capacity):
+        chunk = (np.empty(LINE_FLOATS, np.float32), np.empty(STREAM_CHUNK, np.int64),
+                 np.empty(STREAM_CHUNK, np.float32))
+        indices, values = np.empty(capacity, np.int64), np.empty(capacity, np.float32)
+        nonfinite, indices, values, count = _stream_range(
+            acc, residual, grad, start, start, lo, scale, False, threshold, chunk, indices,
+            values, 0)
+        scanned, indices, values, count = _stream_range(
+            acc, residual, grad, start, lo, hi, scale, True, threshold, chunk, indices, values,
+            count)
+        after, indices, values, count = _stream_range(
+            acc, residual, grad, start, hi, stop, scale, False, threshold, chunk, indices,
+            values, count)
+        _store_fence()
+        return nonfinite + scanned + after == 0, indices[:count], values[:count]
 
     @_jit
     def _compiled_stream_zero(data):
@@ -468,8 +628,18 @@ def accumulate_scan(acc, residual, grad, scale, start, stop, lo, hi, threshold, 
     if not compiled:
         finite = accumulate(acc[start:stop], residual[start:stop], grad, scale)
         return (finite, *abs_ge_entries(acc, threshold, lo, hi, expected))
-    return _compiled_accumulate_scan(acc, residual, grad, np.float32(scale), start, stop, lo, hi,
-                                     np.float32(threshold), _capacity(expected, hi - lo))
+    kernel = (_compiled_stream_accumulate_scan if _streamed(acc[start:stop], residual, grad)
+              else _compiled_accumulate_scan)
+    return kernel(acc, residual, grad, np.float32(scale), start, stop, lo, hi,
+                  np.float32(threshold), _capacity(expected, hi - lo))
+
+
+def _streamed(acc, residual, grad):
+    """Whether ``acc`` is written with streaming stores: a slice this large would
+    not stay in the cache anyway, and a plain store first reads each line (the
+    vectors it is formed from read a line at a time: contiguous)."""
+    return acc.nbytes >= STREAM_MIN_BYTES and residual.flags.c_contiguous and (
+        grad.flags.c_contiguous)
 
 
 def abs_ge_indices(x, threshold, start, stop):
@@ -544,6 +714,8 @@ def accumulate(acc, residual, grad, scale=1.0, velocity_new=None, velocity_old=N
                                  momentum, nesterov)
     scale = np.float32(scale)
     if velocity_new is None:
-        return _compiled_accumulate(acc, residual, grad, scale)
+        kernel = (_compiled_stream_accumulate if _streamed(acc, residual, grad)
+                  else _compiled_accumulate)
+        return kernel(acc, residual, grad, scale)
     return _compiled_accumulate_momentum(acc, residual, grad, scale, velocity_new, velocity_old,
                                          np.float32(momentum), bool(nesterov))
