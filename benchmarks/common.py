@@ -54,10 +54,13 @@ def create_row(row, **hyperparameters):
     return create(method, **options, **hyperparameters)
 
 
-def best_ms(function, repeats=7):
-    """The fastest of ``repeats`` calls of ``function``, in milliseconds."""
+def best_ms(function, repeats=7, before=None):
+    """The fastest of ``repeats`` calls of ``function``, in milliseconds; ``before``,
+    if given, is called (untimed) before each."""
     times = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         start = time.perf_counter()
         function()
         times.append(time.perf_counter() - start)
