@@ -239,6 +239,42 @@ def test_streamed_accumulate_is_the_numpy_expression_bit_for_bit(offset, scale, 
     assert (outer[:offset] == -2.5).all() and (outer[offset + STREAMED:] == -2.5).all()
 
 
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("offset,velocity_shift", [(0, 0), (5, 0), (5, 3)])
+@pytest.mark.parametrize("bad", [None, "line", "tail"])
+@pytest.mark.parametrize("in_acc", [False, True])
+def test_streamed_momentum_correction_is_the_numpy_expression(nesterov, offset, velocity_shift,
+                                                              bad, in_acc):
+    """Momentum correction over a streamed slice: ``acc`` and the new velocity
+    bit for bit as the numpy expressions, from any alignment; a velocity that
+    starts elsewhere within a line than ``acc`` (``velocity_shift``) takes the
+    loop through the cache, with the same bits; the gradient may be ``acc``."""
+    rng = np.random.default_rng(offset + velocity_shift)
+    residual, grad, old = (rng.standard_normal(STREAMED).astype(np.float32) for _ in range(3))
+    if bad is not None:
+        grad[{"line": STREAMED // 2, "tail": STREAMED - 1}[bad]] = np.inf
+    scale, momentum = np.float32(0.37), np.float32(0.9)
+    with np.errstate(invalid="ignore"):
+        scaled = grad * scale
+        velocity = old * momentum + scaled
+        want = residual + (velocity * momentum + scaled if nesterov else velocity)
+    outer = np.full(2 * STREAMED + 64, -2.5, np.float32)  # acc, a gap, the new velocity
+    start = offset + STREAMED + 16
+    start += (offset + velocity_shift - start) % kernels.LINE_FLOATS  # placed within a line
+    acc, new = outer[offset:offset + STREAMED], outer[start:start + STREAMED]
+    if in_acc:
+        acc[:] = grad
+        grad = acc
+    streamed = kernels._streamed(acc, residual, grad, new, old)
+    assert streamed is (velocity_shift == 0)
+    finite = kernels.accumulate(acc, residual, grad, scale, new, old, momentum, nesterov)
+    assert finite is (bad is None)
+    assert np.array_equal(acc.view(np.int32), want.view(np.int32))
+    assert np.array_equal(new.view(np.int32), velocity.view(np.int32))
+    assert (outer[:offset] == -2.5).all() and (outer[offset + STREAMED:start] == -2.5).all()
+    assert (outer[start + STREAMED:] == -2.5).all()
+
+
 @pytest.mark.parametrize("lo,hi", [(5, STREAMED - 5), (1000, 1017), (4096, 2 * STREAMED // 3),
                                    (3, STREAMED + 3)])
 @pytest.mark.parametrize("in_acc", [False, True])
