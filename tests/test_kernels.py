@@ -211,19 +211,28 @@ def test_accumulate_scan_of_a_gradient_in_acc_itself_and_nonfinite():
 
 
 STREAMED = kernels.STREAM_MIN_BYTES // 4 + 1001  # float32s: a slice written with streaming stores
+HEADS = [0, 1, kernels.LINE_FLOATS - 1]  # elements before a slice's first whole line
 
 
-@pytest.mark.parametrize("offset", [0, 1, 7])
+def placed(outer, head):
+    """The index in the float32 vector ``outer`` from which ``head`` elements come
+    before the first whole line (an aligned start for 0)."""
+    first_line = (-outer.ctypes.data) % kernels.LINE // 4
+    return (first_line - head) % kernels.LINE_FLOATS
+
+
+@pytest.mark.parametrize("head", HEADS)
 @pytest.mark.parametrize("scale", [1.0, 0.37])
 @pytest.mark.parametrize("bad", [None, "head", "line", "tail", "overflow"])
-def test_streamed_accumulate_is_the_numpy_expression_bit_for_bit(offset, scale, bad):
-    """A slice large enough for streaming stores, from any alignment (a scalar head
-    and tail around the vector lines): the same bits as numpy, nothing written
-    outside the slice, and a nonfinite result found wherever it is."""
-    rng = np.random.default_rng(offset)
+def test_streamed_accumulate_is_the_numpy_expression_bit_for_bit(head, scale, bad):
+    """A slice large enough for streaming stores, with any number of elements
+    before its first whole line (a scalar head and tail around the vector
+    lines): the same bits as numpy, nothing written outside the slice, and a
+    nonfinite result found wherever it is."""
+    rng = np.random.default_rng(head)
     residual = rng.standard_normal(STREAMED).astype(np.float32)
     grad = rng.standard_cauchy(STREAMED).astype(np.float32)
-    where = {"head": 2, "line": STREAMED // 2, "tail": STREAMED - 2, "overflow": 999}.get(bad)
+    where = {"head": 0, "line": STREAMED // 2, "tail": STREAMED - 2, "overflow": 999}.get(bad)
     if bad == "overflow":  # finite inputs whose sum overflows
         residual[where] = grad[where] = np.finfo(np.float32).max
         scale = 1.0
@@ -231,7 +240,8 @@ def test_streamed_accumulate_is_the_numpy_expression_bit_for_bit(offset, scale, 
         grad[where] = np.nan
     with np.errstate(over="ignore", invalid="ignore"):
         want = residual + grad * np.float32(scale)
-    outer = np.full(STREAMED + offset + 9, -2.5, np.float32)
+    outer = np.full(STREAMED + 2 * kernels.LINE_FLOATS, -2.5, np.float32)
+    offset = placed(outer, head)
     acc = outer[offset:offset + STREAMED]
     assert kernels._streamed(acc, residual, grad)
     assert kernels.accumulate(acc, residual, grad, scale) is (bad is None)
@@ -240,25 +250,26 @@ def test_streamed_accumulate_is_the_numpy_expression_bit_for_bit(offset, scale, 
 
 
 @pytest.mark.parametrize("nesterov", [False, True])
-@pytest.mark.parametrize("offset,velocity_shift", [(0, 0), (5, 0), (5, 3)])
-@pytest.mark.parametrize("bad", [None, "line", "tail"])
+@pytest.mark.parametrize("head,velocity_shift", [(0, 0), (5, 0), (5, 3)])
+@pytest.mark.parametrize("bad", [None, "head", "line", "tail"])
 @pytest.mark.parametrize("in_acc", [False, True])
-def test_streamed_momentum_correction_is_the_numpy_expression(nesterov, offset, velocity_shift,
+def test_streamed_momentum_correction_is_the_numpy_expression(nesterov, head, velocity_shift,
                                                               bad, in_acc):
     """Momentum correction over a streamed slice: ``acc`` and the new velocity
     bit for bit as the numpy expressions, from any alignment; a velocity that
     starts elsewhere within a line than ``acc`` (``velocity_shift``) takes the
     loop through the cache, with the same bits; the gradient may be ``acc``."""
-    rng = np.random.default_rng(offset + velocity_shift)
+    rng = np.random.default_rng(head + velocity_shift)
     residual, grad, old = (rng.standard_normal(STREAMED).astype(np.float32) for _ in range(3))
     if bad is not None:
-        grad[{"line": STREAMED // 2, "tail": STREAMED - 1}[bad]] = np.inf
+        grad[{"head": 1, "line": STREAMED // 2, "tail": STREAMED - 1}[bad]] = np.inf
     scale, momentum = np.float32(0.37), np.float32(0.9)
     with np.errstate(invalid="ignore"):
         scaled = grad * scale
         velocity = old * momentum + scaled
         want = residual + (velocity * momentum + scaled if nesterov else velocity)
     outer = np.full(2 * STREAMED + 64, -2.5, np.float32)  # acc, a gap, the new velocity
+    offset = placed(outer, head)
     start = offset + STREAMED + 16
     start += (offset + velocity_shift - start) % kernels.LINE_FLOATS  # placed within a line
     acc, new = outer[offset:offset + STREAMED], outer[start:start + STREAMED]
@@ -275,29 +286,87 @@ def test_streamed_momentum_correction_is_the_numpy_expression(nesterov, offset, 
     assert (outer[start + STREAMED:] == -2.5).all()
 
 
+def test_streamed_momentum_correction_in_one_velocity_buffer():
+    """``velocity_new`` may be ``velocity_old`` (each element read before written)."""
+    rng = np.random.default_rng(9)
+    residual, grad = (rng.standard_normal(STREAMED).astype(np.float32) for _ in range(2))
+    outer = np.empty(2 * STREAMED + 2 * kernels.LINE_FLOATS, np.float32)
+    gap = -STREAMED % kernels.LINE_FLOATS  # the velocity starts where acc does within a line
+    acc, velocity = outer[:STREAMED], outer[STREAMED + gap:2 * STREAMED + gap]
+    velocity[:] = rng.standard_normal(STREAMED)
+    want_velocity = velocity * np.float32(0.9) + grad
+    assert kernels._streamed(acc, residual, grad, velocity, velocity)
+    assert kernels.accumulate(acc, residual, grad, 1.0, velocity, velocity, 0.9) is True
+    assert np.array_equal(velocity, want_velocity)
+    assert np.array_equal(acc, residual + want_velocity)
+
+
+SCAN_START, SCAN_STOP = 3, STREAMED + 3  # the gradient's slice of acc in the scan tests
+
+
 @pytest.mark.parametrize("lo,hi", [(5, STREAMED - 5), (1000, 1017), (4096, 2 * STREAMED // 3),
-                                   (3, STREAMED + 3)])
+                                   (STREAMED // 2, STREAMED // 2 + 5), (3, STREAMED + 3)])
 @pytest.mark.parametrize("in_acc", [False, True])
-def test_streamed_accumulate_scan_is_accumulate_then_abs_ge_entries(lo, hi, in_acc):
-    """The streamed scan over sub-ranges that start and stop anywhere in a line,
-    with the gradient in a separate buffer or in ``acc`` itself, tie-heavy values
-    (many exactly at the threshold), an infinity among the hits, and more hits
-    than the output was sized for (it grows)."""
-    start, stop = 3, STREAMED + 3
+@pytest.mark.parametrize("bad", ["inf before", "inf inside", "inf after", "nan inside"])
+def test_streamed_accumulate_scan_is_accumulate_then_abs_ge_entries(lo, hi, in_acc, bad):
+    """The streamed scan over sub-ranges that start and stop anywhere in a line
+    (or inside one), with the gradient in a separate buffer or in ``acc``
+    itself, tie-heavy values (many exactly at the threshold), one nonfinite
+    value (an infinity before, inside or after the range, or a NaN inside,
+    which is never a hit) found wherever it is, and more hits than the output
+    was sized for (it grows)."""
     residual = tie_heavy(STREAMED + 10, seed=lo, kind="integers")
     grad = tie_heavy(STREAMED, seed=hi, kind="integers")
-    grad[lo - start + 1] = np.inf
+    value, at = bad.split()
+    where = {"before": SCAN_START + 1, "inside": (lo + hi) // 2, "after": SCAN_STOP - 1}[at]
+    if at == "before" and lo == SCAN_START or at == "after" and hi == SCAN_STOP:
+        where = lo  # no room outside the range: at its first element
+    grad[where - SCAN_START] = float(value)
     want = np.full(STREAMED + 10, 0.5, np.float32)
-    want[start:stop] = residual[start:stop] + grad
+    want[SCAN_START:SCAN_STOP] = residual[SCAN_START:SCAN_STOP] + grad
     acc = np.full(STREAMED + 10, 0.5, np.float32)
     if in_acc:
-        acc[start:stop] = grad
-        grad = acc[start:stop]
-    finite, indices, values = kernels.accumulate_scan(acc, residual, grad, 1.0, start, stop,
-                                                      lo, hi, 17.0, expected=10)
-    assert finite is False and np.array_equal(acc, want)
+        acc[SCAN_START:SCAN_STOP] = grad
+        grad = acc[SCAN_START:SCAN_STOP]
+    assert kernels._streamed(acc[SCAN_START:SCAN_STOP], residual, grad)
+    finite, indices, values = kernels.accumulate_scan(acc, residual, grad, 1.0, SCAN_START,
+                                                      SCAN_STOP, lo, hi, 17.0, expected=10)
+    assert finite is False and np.array_equal(acc, want, equal_nan=True)
     assert np.array_equal(indices, reference_abs_ge(want, 17.0, lo, hi))
     assert np.array_equal(values, want[indices])
+
+
+def test_streamed_scan_of_finite_values_is_finite():
+    residual = tie_heavy(STREAMED, seed=1, kind="cauchy")
+    grad = tie_heavy(STREAMED, seed=2, kind="cauchy")
+    acc = np.empty(STREAMED, np.float32)
+    finite, indices, _ = kernels.accumulate_scan(acc, residual, grad, 1.0, 0, STREAMED, 7, 9999,
+                                                 2.0)
+    assert finite is True and np.array_equal(acc, residual + grad)
+    assert np.array_equal(indices, reference_abs_ge(acc, 2.0, 7, 9999))
+
+
+@pytest.mark.parametrize("odd", ["misaligned", "float64 residual", "float64 velocity"])
+def test_streaming_falls_back_for_vectors_it_cannot_read_by_lines(odd):
+    """A float32 vector at an address that is not a multiple of 4, or a float64
+    residual or velocity, takes the loop through the cache: same results."""
+    rng = np.random.default_rng(4)
+    grad, residual, old = (rng.standard_normal(STREAMED).astype(np.float32) for _ in range(3))
+    raw = np.zeros(4 * STREAMED + 65, np.uint8)
+    acc = raw[1:1 + 4 * STREAMED].view(np.float32) if odd == "misaligned" else (
+        np.empty(STREAMED, np.float32))
+    new = velocity = None
+    if odd == "float64 residual":
+        residual = residual.astype(np.float64)
+    if odd == "float64 velocity":
+        old, new = old.astype(np.float64), np.empty(STREAMED, np.float64)
+        velocity = (new, old)
+    assert not kernels._streamed(acc, residual, grad, new, old if new is not None else None)
+    finite = kernels.accumulate(acc, residual, grad, 1.0, *(velocity or ()),
+                                *((0.9,) if velocity else ()))
+    assert finite is True
+    sent = old * 0.9 + grad if velocity else grad
+    assert np.allclose(acc, residual + sent, rtol=1e-6, atol=1e-6)
 
 
 def test_accumulate_of_the_largest_float_is_finite():

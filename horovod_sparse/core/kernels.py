@@ -14,9 +14,9 @@ kernels keep each phase at one pass:
   least ``STREAM_MIN_BYTES`` is formed a cache line at a time as one vector
   and written with streaming stores, which skip reading the line they
   overwrite: three streams instead of four (momentum correction: five
-  instead of seven), and the hits are taken from the vector in its register
-  (measured on 16.8M float32s: 4 ms against 7 ms for the same loop through
-  the cache);
+  instead of seven), and the hits are taken from the vector (a copy of the
+  line, in the cache), not read back from memory (measured on 16.8M
+  float32s: 4 ms against 7 ms for the same loop through the cache);
 * :func:`momentum_result` applies momentum SGD to an averaged gradient
   (``u = m u + r``, ``r = u``) and checks finiteness in the same loop;
 * :func:`fill_zero` zeroes a large buffer with streaming stores, which skip
@@ -47,6 +47,8 @@ to float64 rounding), about twice the time (the sketch then takes
 :class:`~horovod_sparse.core.sketch.CountSketch`'s generic path).
 """
 
+import platform
+
 import numpy as np
 
 try:
@@ -63,9 +65,10 @@ SCAN_CHUNK_BLOCKS = 1024  # blocks accumulate_scan writes, then scans (256 KiB o
 SCAN_CHUNK = 1 << 16  # elements per step of the numpy scan
 LANES = 8  # independent float64 sums in sq_norm (a power of two)
 _COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # numba has no float16
+_X86 = platform.machine().lower() in ("x86_64", "amd64")  # sfence orders streaming stores
 KEY_SHIFT = 16  # float32 bits >> 16: the exponent and 7 mantissa bits (128 keys an octave)
 HISTOGRAMS = 4  # interleaved copies of the ladder's histogram
-LINE = 64  # bytes of a cache line: the streaming zero's store
+LINE = 64  # bytes of a cache line: one streaming store
 LINE_FLOATS = LINE // 4  # float32s in a line: one vector of the streaming accumulate
 LINE_HITS = (1 << LINE_FLOATS) - 1  # the hit bits of _accumulate_line's masks
 STREAM_MIN_BYTES = 1 << 22  # smaller buffers are written through the cache (they stay in it)
@@ -371,11 +374,23 @@ if numba is not None:
 
     @intrinsic
     def _store_fence(typingctx):
-        """Order the streaming stores before any later store (x86: ``mfence``), so
-        another thread that is handed the buffer reads what they wrote."""
+        """Order the streaming stores before every later store, so that another
+        thread handed the buffer reads what they wrote: x86's ``sfence`` (the
+        fence made for them), elsewhere a full fence."""
         def codegen(context, builder, signature, args):
-            builder.fence("seq_cst")
+            if _X86:
+                builder.call(builder.module.declare_intrinsic(
+                    "llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), [])), [])
+            else:
+                builder.fence("seq_cst")
         return numba.types.void(), codegen
+
+    @_jit
+    def _line_bounds(data, first, last):
+        """``(lines_start, lines_stop)``: the whole lines (aligned, ``LINE`` bytes)
+        of the float32 elements ``[first, last)`` of the vector at address ``data``."""
+        lines_start = min(first + (-(data + 4 * first)) % LINE // 4, last)
+        return lines_start, lines_start + (last - lines_start) // LINE_FLOATS * LINE_FLOATS
 
     @_jit
     def _scalar_range(acc, residual, grad, shift, first, last, scale, scan, threshold,
@@ -398,9 +413,9 @@ if numba is not None:
                       indices, values):
         """:func:`_accumulate_line` over the whole lines ``[first, last)`` (aligned);
         with ``scan``, the hits are written into ``indices`` and ``values`` (room
-        for every element) from 0.  Returns the number of nonfinite results and
-        of hits.  (No buffer is replaced in this loop: numba would count
-        references to it on every line.)"""
+        for every element) from 0.  Returns a count that is nonzero if any result
+        is inf or NaN, and the number of hits.  (No buffer is replaced in this
+        loop: numba would count references to it on every line.)"""
         nonfinite = count = 0
         for offset in range(first, last, LINE_FLOATS):
             bits = _accumulate_line(acc, residual, grad, line, offset, offset - shift, scale,
@@ -421,11 +436,10 @@ if numba is not None:
         last)``, the whole lines ``STREAM_CHUNK`` elements at a time by
         :func:`_stream_lines` (``chunk``: its buffers); with ``scan``, append the
         ``(i, acc[i])`` with ``|acc[i]| >= threshold`` at ``count`` (the buffers
-        grown as needed).  Returns the number of nonfinite results, the buffers
-        and the count of entries."""
+        grown as needed).  Returns a count that is nonzero if any result is inf
+        or NaN, the buffers and the count of entries."""
         line, chunk_indices, chunk_values = chunk
-        lines_start = min(first + (-(acc.ctypes.data + 4 * first)) % LINE // 4, last)
-        lines_stop = lines_start + (last - lines_start) // LINE_FLOATS * LINE_FLOATS
+        lines_start, lines_stop = _line_bounds(acc.ctypes.data, first, last)
         nonfinite, indices, values, count = _scalar_range(
             acc, residual, grad, shift, first, lines_start, scale, scan, threshold, indices,
             values, count)
@@ -479,6 +493,7 @@ if numba is not None:
         for offset in range(head, lines_end, LINE):
             _stream_zero_line(data, offset)
         data[lines_end:] = 0
+        _store_fence()
 
     @numba.njit(inline="always")  # compiled inside each caller, with the caller's flags
     def _sq_norm_lanes(x):
@@ -535,8 +550,7 @@ if numba is not None:
     def _compiled_stream_accumulate_momentum(acc, residual, grad, scale, velocity_new,
                                              velocity_old, momentum, nesterov):
         # the head and tail around the aligned lines element by element
-        lines_start = min((-acc.ctypes.data) % LINE // 4, acc.size)
-        lines_stop = lines_start + (acc.size - lines_start) // LINE_FLOATS * LINE_FLOATS
+        lines_start, lines_stop = _line_bounds(acc.ctypes.data, 0, acc.size)
         finite = _compiled_accumulate_momentum(
             acc[:lines_start], residual[:lines_start], grad[:lines_start], scale,
             velocity_new[:lines_start], velocity_old[:lines_start], momentum, nesterov)
@@ -711,15 +725,17 @@ def accumulate_scan(acc, residual, grad, scale, start, stop, lo, hi, threshold, 
 def _streamed(acc, residual, grad, velocity_new=None, velocity_old=None):
     """Whether ``acc`` (and ``velocity_new``) are written with streaming stores: a
     slice this large would not stay in the cache anyway, and a plain store first
-    reads each line.  The vectors are read a line at a time (contiguous), and
-    the two written vectors must start alike within a line (torch aligns every
-    buffer to 64 bytes; others take the loop through the cache)."""
-    if velocity_new is not None and (
-            not velocity_old.flags.c_contiguous or not velocity_new.flags.c_contiguous
-            or (velocity_new.ctypes.data - acc.ctypes.data) % LINE):
+    reads each line.  Every vector is read or written a line at a time as
+    float32s (contiguous, aligned float32), and the two written vectors must
+    start alike within a line (torch aligns every buffer to 64 bytes; others
+    take the loop through the cache)."""
+    vectors = [x for x in (acc, residual, grad, velocity_new, velocity_old) if x is not None]
+    if not all(x.dtype == np.float32 and x.flags.c_contiguous and x.flags.aligned
+               for x in vectors):
         return False
-    return acc.nbytes >= STREAM_MIN_BYTES and residual.flags.c_contiguous and (
-        grad.flags.c_contiguous)
+    if velocity_new is not None and (velocity_new.ctypes.data - acc.ctypes.data) % LINE:
+        return False
+    return acc.nbytes >= STREAM_MIN_BYTES
 
 
 def abs_ge_indices(x, threshold, start, stop):
