@@ -105,11 +105,13 @@ def test_count_abs_ge_each_matches_sorting_on_edge_values():
 
 @pytest.mark.parametrize("rungs", [[-1.0, -0.0, 0.0, 0.5], [0.25, 0.5, np.inf], [3e-39, 1e30],
                                    [], list(np.geomspace(1e-3, 1e3, 2000)),
-                                   [0.5] * 5 + [1.0], list(np.geomspace(1.0, 1.01, 50))])
+                                   [0.5] * 5 + [1.0], list(np.geomspace(1.0, 1.01, 50)),
+                                   [1.0, 1.00001, 1.00002, np.inf]])
 def test_count_abs_ge_each_matches_sorting_on_any_ladder(rungs):
     """Ladders reaching below zero, to infinity, over subnormals, across twenty
     octaves (one key table entry per 1/128 octave), with many rungs inside one
-    key (equal ones too), and none."""
+    key (equal ones too), none, and several inside one key below an infinite
+    one (an inf element once stepped past the ladder's end there)."""
     rng = np.random.default_rng(5)
     x = (rng.standard_cauchy(20_000) * 10.0 ** rng.integers(-40, 30, 20_000)).astype(np.float32)
     x[:5] = [np.inf, -np.inf, 0.0, -0.0, np.nan]

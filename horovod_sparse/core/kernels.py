@@ -34,8 +34,8 @@ kernels keep each phase at one pass:
 * :func:`count_abs_ge_each` counts ``|x_i| >= t_j`` for a whole ladder of
   thresholds in one read (each element starts at the first rung of its
   float's exponent-and-top-mantissa key and steps over the one or two rungs
-  inside it without a branch), where sorting the magnitudes would cost
-  ``m log m``;
+  inside it without a branch, comparing bits as integers), where sorting the
+  magnitudes would cost ``m log m``;
 * :func:`sketch_encode` and :func:`sketch_estimate` add a vector into a Count
   Sketch and read its estimates back (:mod:`horovod_sparse.core.sketch`),
   hashing each coordinate once per row in registers: no index or sign vector
@@ -583,8 +583,9 @@ if numba is not None:
     @_jit
     def _compiled_count_abs_ge_each(bits, padded_rungs, rung_count, first_rung, lowest_key,
                                     steps):
-        # bucket b: b rungs are <= |x_i|; HISTOGRAMS interleaved copies, so that runs
-        # of equal buckets do not wait on each other's increments
+        # bucket b: b rungs are <= |x_i|, compared as bits (int64: the padding is above
+        # every float's); HISTOGRAMS interleaved copies, so that runs of equal buckets
+        # do not wait on each other's increments
         per_bucket = np.zeros((HISTOGRAMS, rung_count + 1), np.int64)
         highest_key = lowest_key + first_rung.size - 1
         for i in range(bits.size):
@@ -594,11 +595,10 @@ if numba is not None:
                 bucket = 0
             elif key > highest_key:  # above the key of the highest (inf, NaN too): over all
                 bucket = rung_count
-            else:  # step over the rungs inside the key, branch-free (+inf pads the end)
+            else:  # step over the rungs inside the key, branch-free
                 bucket = first_rung[key - lowest_key]
-                magnitude = np.int32(magnitude_bits).view(np.float32)
                 for _ in range(steps):
-                    bucket += padded_rungs[bucket] <= magnitude
+                    bucket += padded_rungs[bucket] <= magnitude_bits
             per_bucket[i % HISTOGRAMS, bucket] += 1
         counts = np.zeros(rung_count, np.int64)
         above = 0
@@ -661,7 +661,10 @@ def count_abs_ge_each(x, thresholds):
     key_floors = (np.arange(keys[0], keys[1] + 2, dtype=np.int32) << KEY_SHIFT).view(np.float32)
     rungs_below = np.searchsorted(rungs, key_floors, side="left").astype(np.int64)
     steps = int(np.diff(rungs_below).max())  # the most rungs inside one key
-    padded = np.concatenate([rungs, np.full(steps, np.inf, rungs.dtype)])
+    # A magnitude's bits order as its value (NaN's above inf's, as a sort puts it), and
+    # a negative rung's (sign bit set) are below all.  The padding, above every
+    # magnitude's bits, keeps the steps inside the ladder.
+    padded = np.concatenate([rungs.view(np.int32), np.full(steps, 1 << 31)]).astype(np.int64)
     return _compiled_count_abs_ge_each(x.view(np.int32), padded, rungs.size, rungs_below[:-1],
                                        np.int64(keys[0]), steps)
 
