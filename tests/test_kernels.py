@@ -451,3 +451,38 @@ def test_sq_norm_of_nonfinite_elements_is_not_finite():
     assert kernels.sq_norm(x) == np.inf
     x[60] = np.nan
     assert np.isnan(kernels.sq_norm(x))
+
+
+def test_vectors_and_ranges_out_of_shape_are_refused():
+    """numba checks no bounds: a vector too short or a range past the end would
+    read or write outside the arrays (garbage, or another array's memory), so
+    the wrappers refuse them, on the compiled and the numpy path alike."""
+    guarded = np.full(48, 7.0, np.float32)  # the writes may not reach past [0, 8)
+    short, full = guarded[:8], np.ones(32, np.float32)
+    with pytest.raises(ValueError, match="one length"):
+        kernels.momentum_result(short, full, 0.5, full.copy())
+    with pytest.raises(ValueError, match="one length"):
+        kernels.accumulate(full.copy(), full, short)
+    with pytest.raises(ValueError, match="one length"):
+        kernels.accumulate(full.copy(), full, full, 1.0, short, full, 0.9)
+    with pytest.raises(ValueError, match="one length"):
+        kernels.accumulate_scan(full.copy(), full, short, 1.0, 0, 16, 0, 16, 1.0)
+    with pytest.raises(ValueError, match="in order"):
+        kernels.accumulate_scan(full.copy(), full, full[:8], 1.0, 28, 36, 28, 36, 1.0)
+    with pytest.raises(ValueError, match="in order"):
+        kernels.accumulate_scan(full.copy(), full, full[:8], 1.0, 8, 16, 4, 12, 1.0)
+    assert np.all(guarded[8:] == 7.0)
+    for start, stop in ((0, 33), (-5, 3)):
+        with pytest.raises(ValueError, match="in order"):
+            kernels.abs_ge_entries(full, 0.5, start, stop)
+    assert kernels.abs_ge_entries(full, 0.5, 40, 40)[0].size == 0  # empty: nothing to read
+
+
+def test_sketch_kernels_refuse_a_table_of_another_shape():
+    coefficients = np.ones((3, 6), np.int64)
+    with pytest.raises(ValueError, match="3 rows x 4 columns"):
+        kernels.sketch_encode(np.ones(10, np.float32), coefficients, 4, np.zeros(11, np.float32))
+    with pytest.raises(ValueError, match="3 rows x 4 columns"):
+        kernels.sketch_estimate(np.zeros(11, np.float32), 0, 10, coefficients, 4)
+    with pytest.raises(ValueError, match="in order"):
+        kernels.sketch_estimate(np.zeros(12, np.float32), -1, 10, coefficients, 4)

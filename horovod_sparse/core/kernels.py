@@ -678,14 +678,42 @@ def sketch_encode(x, coefficients, columns, table):
     """Add the float32 vector ``x`` (coordinates ``0..x.size-1``) into the flat
     Count Sketch ``table`` (``rows x columns``, row-major) in place; each bucket
     sums its coordinates in ascending order."""
+    _check_table(table, coefficients, columns)
+    _check_range(HASH_PRIME, x.shape[0])  # the hash takes coordinates below p
     _compiled_sketch_encode(x, coefficients, np.int64(columns), table)
 
 
 def sketch_estimate(table, start, stop, coefficients, columns):
     """Lower median over rows of ``sign * bucket`` for the coordinates ``[start, stop)``."""
+    _check_table(table, coefficients, columns)
+    _check_range(HASH_PRIME, start, stop)  # the hash takes coordinates below p
     out = np.empty(stop - start, table.dtype)
     _compiled_sketch_estimate(table, start, stop, coefficients, np.int64(columns), out)
     return out
+
+
+def _check_lengths(*vectors):
+    """Raise ``ValueError`` unless the vectors (``None`` skipped) are one length:
+    the compiled loops index them all by one counter, and numba checks no bounds."""
+    length = vectors[0].shape[0]
+    if any(x is not None and x.shape[0] != length for x in vectors):
+        raise ValueError("vectors of one length expected, got lengths "
+                         f"{[x.shape[0] for x in vectors if x is not None]}")
+
+
+def _check_range(size, *bounds):
+    """Raise ``ValueError`` unless ``0 <= bounds[0] <= bounds[1] <= ... <= size``."""
+    points = (0, *bounds, size)
+    if any(a > b for a, b in zip(points, points[1:])):
+        raise ValueError(f"range bounds {bounds} do not lie in order inside [0, {size}]")
+
+
+def _check_table(table, coefficients, columns):
+    """Raise ``ValueError`` unless the flat sketch ``table`` holds a row of
+    ``columns`` for each row of hash ``coefficients``."""
+    if table.shape[0] != coefficients.shape[0] * columns:
+        raise ValueError(f"a sketch table of {coefficients.shape[0]} rows x {columns} columns "
+                         f"expected, got {table.shape[0]} elements")
 
 
 def _capacity(expected, size):
@@ -701,6 +729,8 @@ def abs_ge_entries(x, threshold, start, stop, expected=0):
     output up front: each time it overflows it is copied into one twice as
     large, which on a million entries costs more than the scan."""
     threshold = x.dtype.type(threshold)
+    if stop > start:
+        _check_range(x.shape[0], start, stop)
     if (numba is None or x.dtype not in _COMPILED_DTYPES or stop - start <= 0
             or not x.flags.c_contiguous):
         return _numpy_abs_ge_entries(x, threshold, start, stop)
@@ -714,6 +744,9 @@ def accumulate_scan(acc, residual, grad, scale, start, stop, lo, hi, threshold, 
     ``[start, stop)``): ``(all finite, indices, values)``.  The compiled path
     scans each chunk of ``acc`` right after writing it, while it is still in
     the cache, so collecting costs no second read from memory."""
+    _check_range(acc.shape[0], start, lo, hi, stop)
+    _check_lengths(acc, residual)
+    _check_lengths(acc[start:stop], grad)
     compiled = numba is not None and acc.flags.c_contiguous and acc.dtype == np.float32 and (
         grad.dtype == np.float32)
     if not compiled:
@@ -785,6 +818,7 @@ def momentum_result(out, velocity, momentum, result):
     out`` (a copy), in one pass; return whether every element of ``result`` is
     finite.  Vectors of one length (compiled where all are C-contiguous float32;
     others through numpy)."""
+    _check_lengths(out, velocity, result)
     compiled = numba is not None and all(x.dtype == np.float32 and x.flags.c_contiguous
                                          for x in (out, velocity, result))
     if not compiled:
@@ -806,6 +840,7 @@ def accumulate(acc, residual, grad, scale=1.0, velocity_new=None, velocity_old=N
     All arrays are float32 slices of one length; each product and sum is
     rounded to float32 (no fused multiply-add), as the numpy expression would.
     """
+    _check_lengths(acc, residual, grad, velocity_new, velocity_old)
     compiled = numba is not None and acc.flags.c_contiguous and acc.dtype == np.float32 and (
         grad.dtype == np.float32)
     if not compiled:
