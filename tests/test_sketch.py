@@ -103,6 +103,22 @@ def test_count_abs_ge_each_matches_sorting_on_edge_values():
     assert kernels.count_abs_ge_each(x, rungs).tolist() == expected.tolist()
 
 
+def test_count_abs_ge_each_counts_nan_at_no_rung():
+    """As ``|x| >= t`` (and the generic ops' count) does, on the compiled path and
+    the numpy one (float16, a strided vector)."""
+    x = np.array([np.nan, 1.0, -np.nan, np.inf, 0.5, 2.0], np.float32)
+    rungs = [-1.0, 0.0, 0.5, 1.0, 2.0, np.inf]
+    expected = [4, 4, 4, 3, 2, 1]
+    assert [int((np.abs(x) >= np.float32(t)).sum()) for t in rungs] == expected
+    for vector in (x, np.repeat(x, 2)[::2], x.astype(np.float16)):
+        assert kernels.count_abs_ge_each(vector, rungs).tolist() == expected
+
+
+def test_count_abs_ge_each_refuses_a_nan_threshold():
+    with pytest.raises(ValueError, match="numbers"):
+        kernels.count_abs_ge_each(np.ones(4, np.float32), [0.5, np.inf, np.nan])
+
+
 @pytest.mark.parametrize("rungs", [[-1.0, -0.0, 0.0, 0.5], [0.25, 0.5, np.inf], [3e-39, 1e30],
                                    [], list(np.geomspace(1e-3, 1e3, 2000)),
                                    [0.5] * 5 + [1.0], list(np.geomspace(1.0, 1.01, 50)),
@@ -117,6 +133,6 @@ def test_count_abs_ge_each_matches_sorting_on_any_ladder(rungs):
     x[:5] = [np.inf, -np.inf, 0.0, -0.0, np.nan]
     x[5:2005] = rng.uniform(0.99, 1.02, 2000)  # dense around the narrow ladder
     rungs = np.asarray(rungs, np.float32)
-    magnitude = np.sort(np.abs(x))
+    magnitude = np.sort(np.abs(x[~np.isnan(x)]))  # NaN >= t is false
     expected = magnitude.size - np.searchsorted(magnitude, rungs, side="left")
     assert kernels.count_abs_ge_each(x, rungs).tolist() == expected.tolist()

@@ -75,6 +75,7 @@ STREAM_MIN_BYTES = 1 << 22  # smaller buffers are written through the cache (the
 STREAM_CHUNK = 1 << 14  # elements the streaming accumulate writes before it appends their hits
 MIN_CAPACITY = 1024  # entries abs_ge_entries makes room for at least
 FLOAT32_MAX = np.float32(np.finfo(np.float32).max)
+INF_BITS = 0x7F800000  # float32 inf's bits; a NaN's magnitude bits are above
 HASH_PRIME = 2 ** 31 - 1  # the sketch's Mersenne modulus: products of two residues fit in int64
 
 
@@ -591,9 +592,9 @@ if numba is not None:
         for i in range(bits.size):
             magnitude_bits = bits[i] & 0x7FFFFFFF
             key = magnitude_bits >> KEY_SHIFT
-            if key < lowest_key:    # below the key of the lowest rung: under every rung
+            if key < lowest_key or magnitude_bits > INF_BITS:  # under every rung (NaN: no rung)
                 bucket = 0
-            elif key > highest_key:  # above the key of the highest (inf, NaN too): over all
+            elif key > highest_key:  # above the key of the highest (inf too): over all
                 bucket = rung_count
             else:  # step over the rungs inside the key, branch-free
                 bucket = first_rung[key - lowest_key]
@@ -647,10 +648,12 @@ if numba is not None:
 
 def count_abs_ge_each(x, thresholds):
     """int64 counts of ``|x_i| >= t`` for each of the ascending ``thresholds``
-    (compared in ``x``'s precision), in one read of ``x``."""
+    (compared in ``x``'s precision; a NaN element counts at none), in one read of ``x``."""
     rungs = np.asarray(thresholds).astype(x.dtype)
+    if np.isnan(rungs).any():
+        raise ValueError(f"thresholds must be numbers, got {thresholds}")
     if numba is None or x.dtype != np.float32 or not x.flags.c_contiguous:
-        magnitude = np.sort(np.abs(x))
+        magnitude = np.sort(np.abs(x[~np.isnan(x)]))
         return (magnitude.size - np.searchsorted(magnitude, rungs, side="left")).astype(np.int64)
     # For each key (exponent and top mantissa bits) from the lowest rung's to the highest's,
     # the rungs below its smallest float: an element starts its search there and steps over
@@ -661,9 +664,9 @@ def count_abs_ge_each(x, thresholds):
     key_floors = (np.arange(keys[0], keys[1] + 2, dtype=np.int32) << KEY_SHIFT).view(np.float32)
     rungs_below = np.searchsorted(rungs, key_floors, side="left").astype(np.int64)
     steps = int(np.diff(rungs_below).max())  # the most rungs inside one key
-    # A magnitude's bits order as its value (NaN's above inf's, as a sort puts it), and
-    # a negative rung's (sign bit set) are below all.  The padding, above every
-    # magnitude's bits, keeps the steps inside the ladder.
+    # A number's magnitude bits order as its value, and a negative rung's (sign bit
+    # set) are below all.  The padding, above every magnitude's bits, keeps the steps
+    # inside the ladder.
     padded = np.concatenate([rungs.view(np.int32), np.full(steps, 1 << 31)]).astype(np.int64)
     return _compiled_count_abs_ge_each(x.view(np.int32), padded, rungs.size, rungs_below[:-1],
                                        np.int64(keys[0]), steps)
