@@ -106,10 +106,12 @@ def test_count_abs_ge_each_matches_sorting_on_edge_values():
 def test_count_abs_ge_each_counts_nan_at_no_rung():
     """As ``|x| >= t`` (and the generic ops' count) does, on the compiled path and
     the numpy one (float16, a strided vector)."""
-    x = np.array([np.nan, 1.0, -np.nan, np.inf, 0.5, 2.0], np.float32)
+    x = np.array([np.nan, 1.0, -np.nan, np.inf, 0.5, 2.0, 0, 0], np.float32)
+    x.view(np.uint32)[6:] = 0x7F800001, 0xFF800001  # NaNs in inf's key, next to the inf rung
     rungs = [-1.0, 0.0, 0.5, 1.0, 2.0, np.inf]
     expected = [4, 4, 4, 3, 2, 1]
     assert [int((np.abs(x) >= np.float32(t)).sum()) for t in rungs] == expected
+    assert np.isnan(x[6:]).all()
     for vector in (x, np.repeat(x, 2)[::2], x.astype(np.float16)):
         assert kernels.count_abs_ge_each(vector, rungs).tolist() == expected
 

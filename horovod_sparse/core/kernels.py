@@ -651,7 +651,8 @@ def count_abs_ge_each(x, thresholds):
     (compared in ``x``'s precision; a NaN element counts at none), in one read of ``x``."""
     rungs = np.asarray(thresholds).astype(x.dtype)
     if np.isnan(rungs).any():
-        raise ValueError(f"thresholds must be numbers, got {thresholds}")
+        raise ValueError(f"thresholds must be numbers, got NaN at positions "
+                         f"{np.flatnonzero(np.isnan(rungs)).tolist()}")
     if numba is None or x.dtype != np.float32 or not x.flags.c_contiguous:
         magnitude = np.sort(np.abs(x[~np.isnan(x)]))
         return (magnitude.size - np.searchsorted(magnitude, rungs, side="left")).astype(np.int64)
@@ -667,32 +668,9 @@ def count_abs_ge_each(x, thresholds):
     # A number's magnitude bits order as its value, and a negative rung's (sign bit
     # set) are below all.  The padding, above every magnitude's bits, keeps the steps
     # inside the ladder.
-    padded = np.concatenate([rungs.view(np.int32), np.full(steps, 1 << 31)]).astype(np.int64)
+    padded = np.concatenate([rungs.view(np.int32), np.full(steps, 1 << 31, np.int64)])
     return _compiled_count_abs_ge_each(x.view(np.int32), padded, rungs.size, rungs_below[:-1],
                                        np.int64(keys[0]), steps)
-
-
-def sketch_compiled(x):
-    """Whether the compiled sketch kernels take the host vector ``x``."""
-    return numba is not None and x.dtype == np.float32 and x.flags.c_contiguous
-
-
-def sketch_encode(x, coefficients, columns, table):
-    """Add the float32 vector ``x`` (coordinates ``0..x.size-1``) into the flat
-    Count Sketch ``table`` (``rows x columns``, row-major) in place; each bucket
-    sums its coordinates in ascending order."""
-    _check_table(table, coefficients, columns)
-    _check_range(HASH_PRIME, x.shape[0])  # the hash takes coordinates below p
-    _compiled_sketch_encode(x, coefficients, np.int64(columns), table)
-
-
-def sketch_estimate(table, start, stop, coefficients, columns):
-    """Lower median over rows of ``sign * bucket`` for the coordinates ``[start, stop)``."""
-    _check_table(table, coefficients, columns)
-    _check_range(HASH_PRIME, start, stop)  # the hash takes coordinates below p
-    out = np.empty(stop - start, table.dtype)
-    _compiled_sketch_estimate(table, start, stop, coefficients, np.int64(columns), out)
-    return out
 
 
 def _check_lengths(*vectors):
@@ -717,6 +695,29 @@ def _check_table(table, coefficients, columns):
     if table.shape[0] != coefficients.shape[0] * columns:
         raise ValueError(f"a sketch table of {coefficients.shape[0]} rows x {columns} columns "
                          f"expected, got {table.shape[0]} elements")
+
+
+def sketch_compiled(x):
+    """Whether the compiled sketch kernels take the host vector ``x``."""
+    return numba is not None and x.dtype == np.float32 and x.flags.c_contiguous
+
+
+def sketch_encode(x, coefficients, columns, table):
+    """Add the float32 vector ``x`` (coordinates ``0..x.size-1``) into the flat
+    Count Sketch ``table`` (``rows x columns``, row-major) in place; each bucket
+    sums its coordinates in ascending order."""
+    _check_table(table, coefficients, columns)
+    _check_range(HASH_PRIME, x.shape[0])  # the hash takes coordinates below p
+    _compiled_sketch_encode(x, coefficients, np.int64(columns), table)
+
+
+def sketch_estimate(table, start, stop, coefficients, columns):
+    """Lower median over rows of ``sign * bucket`` for the coordinates ``[start, stop)``."""
+    _check_table(table, coefficients, columns)
+    _check_range(HASH_PRIME, start, stop)  # the hash takes coordinates below p
+    out = np.empty(stop - start, table.dtype)
+    _compiled_sketch_estimate(table, start, stop, coefficients, np.int64(columns), out)
+    return out
 
 
 def _capacity(expected, size):
@@ -749,7 +750,8 @@ def accumulate_scan(acc, residual, grad, scale, start, stop, lo, hi, threshold, 
     the cache, so collecting costs no second read from memory."""
     _check_range(acc.shape[0], start, lo, hi, stop)
     _check_lengths(acc, residual)
-    _check_lengths(acc[start:stop], grad)
+    if grad.shape[0] != stop - start:
+        raise ValueError(f"a gradient of {stop - start} elements expected, got {grad.shape[0]}")
     compiled = numba is not None and acc.flags.c_contiguous and acc.dtype == np.float32 and (
         grad.dtype == np.float32)
     if not compiled:
