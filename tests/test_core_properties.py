@@ -431,20 +431,28 @@ def test_gtopk_and_gssgd_apply_at_most_k_and_cltk_exactly_k():
                 assert record["nnz"] == 48
 
 
-def test_gtopk_never_zeroes_a_value_it_did_not_communicate():
-    """Every coordinate a rank zeroed is in the aggregate, and the aggregate holds
-    exactly the zeroed contributions (sum over ranks / P): nothing is lost."""
-    grads = stream(seed=13, steps=5, size=5)
-    per_rank = run_core("gtopk", {}, grads, 0.02)
-    residuals = [np.zeros_like(grads[0][0]) for _ in range(5)]
-    for step in range(5):
-        sent_total = np.zeros_like(grads[0][0])
-        for rank in range(5):
-            acc = grads[step][rank] + residuals[rank]
+@pytest.mark.parametrize("method,options", [(m, {}) for m in available() if m not in ("dgc", "gssgd")]
+                         + [("dgc", {"momentum": 0.0}), ("gssgd", {"momentum": 0.0})])
+@pytest.mark.parametrize("size", [2, 4])
+def test_no_method_zeroes_a_value_it_did_not_communicate(method, options, size):
+    """Error feedback's conservation: what the ranks took out of ``acc = g + e``
+    (``acc - e_next``) is exactly the aggregate times ``P``, on every rank, at
+    every step: nothing is lost and nothing is sent twice.  (DGC and gs-SGD
+    without their momentum, whose velocity also feeds ``acc``; dyadic values
+    and ``P`` a power of two, so every sum and division is exact in any order.)"""
+    steps = 5
+    grads = stream(seed=13, steps=steps, size=size)
+    per_rank = run_core(method, options, grads, 0.02)
+    residuals = [np.zeros_like(grads[0][0]) for _ in range(size)]
+    for step in range(steps):
+        taken = np.zeros_like(grads[0][0])
+        for rank in range(size):
             after = per_rank[rank][step]["residual"]
-            sent_total += acc - after
+            taken += grads[step][rank] + residuals[rank] - after
             residuals[rank] = after
-        np.testing.assert_array_equal(sent_total / np.float32(5), per_rank[0][step]["aggregate"])
+        for rank in range(size):
+            np.testing.assert_array_equal(taken / np.float32(size),
+                                          per_rank[rank][step]["aggregate"])
 
 
 def test_dgc_warm_up_follows_the_schedule():
