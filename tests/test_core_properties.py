@@ -455,6 +455,38 @@ def test_no_method_zeroes_a_value_it_did_not_communicate(method, options, size):
                                           per_rank[rank][step]["aggregate"])
 
 
+@pytest.mark.parametrize("method,options", [("dgc", {}), ("dgc", {"nesterov": True}),
+                                            ("gssgd", {})])
+def test_momentum_correction_zeroes_only_what_it_communicated(method, options):
+    """The same conservation under momentum correction (momentum 0.9):
+    ``u = m u + g``, ``acc = e + u`` (Nesterov: ``e + m u + g``) computed here from
+    the recorded state, each operation rounded as numpy rounds it; the velocity
+    keeps ``u`` where nothing was taken and is zeroed where ``acc`` was sent
+    (factor masking).  Two ranks: a sum of two is exact in either order."""
+    steps, size = 6, 2
+    grads = stream(seed=21, steps=steps, size=size)
+    per_rank = run_core(method, options, grads, 0.02)
+    momentum = np.float32(0.9)
+    residuals = [np.zeros_like(grads[0][0]) for _ in range(size)]
+    velocities = [np.zeros_like(grads[0][0]) for _ in range(size)]
+    for step in range(steps):
+        taken = np.zeros_like(grads[0][0])
+        for rank in range(size):
+            record, g = per_rank[rank][step], grads[step][rank]
+            velocity = velocities[rank] * momentum + g
+            acc = residuals[rank] + (velocity * momentum + g if options.get("nesterov")
+                                     else velocity)
+            sent = record["residual"] != acc
+            assert sent.any()
+            taken += acc - record["residual"]
+            np.testing.assert_array_equal(record["velocity"][~sent], velocity[~sent])
+            assert not record["velocity"][sent].any()
+            residuals[rank], velocities[rank] = record["residual"], record["velocity"]
+        for rank in range(size):
+            np.testing.assert_array_equal(taken / np.float32(size),
+                                          per_rank[rank][step]["aggregate"])
+
+
 def test_dgc_warm_up_follows_the_schedule():
     dgc = create("dgc", density=0.001, warmup_steps=2)
     assert [dgc.density_at(t) for t in range(10)] == [
