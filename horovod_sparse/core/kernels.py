@@ -34,8 +34,8 @@ kernels keep each phase at one pass:
 * :func:`count_abs_ge_each` counts ``|x_i| >= t_j`` for a whole ladder of
   thresholds in one read (each element starts at the first rung of its
   float's exponent-and-top-mantissa key and steps over the one or two rungs
-  inside it without a branch, comparing bits as integers), where sorting the
-  magnitudes would cost ``m log m``;
+  inside it without a branch), where sorting the magnitudes would cost
+  ``m log m``;
 * :func:`sketch_encode` and :func:`sketch_estimate` add a vector into a Count
   Sketch and read its estimates back (:mod:`horovod_sparse.core.sketch`),
   hashing each coordinate once per row in registers: no index or sign vector
@@ -584,22 +584,22 @@ if numba is not None:
     @_jit
     def _compiled_count_abs_ge_each(bits, padded_rungs, rung_count, first_rung, lowest_key,
                                     steps):
-        # bucket b: b rungs are <= |x_i|, compared as bits (int64: the padding is above
-        # every float's); HISTOGRAMS interleaved copies, so that runs of equal buckets
-        # do not wait on each other's increments
+        # bucket b: b rungs are <= |x_i|; HISTOGRAMS interleaved copies, so that runs
+        # of equal buckets do not wait on each other's increments
         per_bucket = np.zeros((HISTOGRAMS, rung_count + 1), np.int64)
-        highest_key = lowest_key + first_rung.size - 1
+        highest_key = lowest_key + first_rung.size - 1  # at most the largest finite key
         for i in range(bits.size):
             magnitude_bits = bits[i] & 0x7FFFFFFF
             key = magnitude_bits >> KEY_SHIFT
-            if key < lowest_key or magnitude_bits > INF_BITS:  # under every rung (NaN: no rung)
+            if key < lowest_key:    # below the key of the lowest rung: under every rung
                 bucket = 0
-            elif key > highest_key:  # above the key of the highest (inf too): over all
-                bucket = rung_count
-            else:  # step over the rungs inside the key, branch-free
-                bucket = first_rung[key - lowest_key]
+            elif key > highest_key:  # above every finite rung: inf over all, NaN under all
+                bucket = rung_count if magnitude_bits <= INF_BITS else 0
+            else:  # a finite magnitude: step over the rungs inside its key, branch-free
+                bucket = first_rung[key - lowest_key]  # (+inf pads the end: never passed)
+                magnitude = np.int32(magnitude_bits).view(np.float32)
                 for _ in range(steps):
-                    bucket += padded_rungs[bucket] <= magnitude_bits
+                    bucket += padded_rungs[bucket] <= magnitude
             per_bucket[i % HISTOGRAMS, bucket] += 1
         counts = np.zeros(rung_count, np.int64)
         above = 0
@@ -661,14 +661,13 @@ def count_abs_ge_each(x, thresholds):
     # the one or two rungs inside its key.
     if rungs.size == 0:
         return np.zeros(0, np.int64)
-    keys = (np.maximum(rungs[[0, -1]], 0).view(np.int32) & 0x7FFFFFFF) >> KEY_SHIFT
+    # The table ends at the largest finite key: an infinite rung lies above it, where
+    # only inf reaches (and no finite magnitude steps onto the +inf padding).
+    keys = (np.clip(rungs[[0, -1]], 0, FLOAT32_MAX).view(np.int32) & 0x7FFFFFFF) >> KEY_SHIFT
     key_floors = (np.arange(keys[0], keys[1] + 2, dtype=np.int32) << KEY_SHIFT).view(np.float32)
     rungs_below = np.searchsorted(rungs, key_floors, side="left").astype(np.int64)
     steps = int(np.diff(rungs_below).max())  # the most rungs inside one key
-    # A number's magnitude bits order as its value, and a negative rung's (sign bit
-    # set) are below all.  The padding, above every magnitude's bits, keeps the steps
-    # inside the ladder.
-    padded = np.concatenate([rungs.view(np.int32), np.full(steps, 1 << 31, np.int64)])
+    padded = np.concatenate([rungs, np.full(steps, np.inf, rungs.dtype)])
     return _compiled_count_abs_ge_each(x.view(np.int32), padded, rungs.size, rungs_below[:-1],
                                        np.int64(keys[0]), steps)
 
