@@ -127,6 +127,10 @@ def test_sum_reduction_is_p_times_the_average_with_the_same_residuals(method):
 
 @pytest.mark.parametrize("method", available())
 def test_held_gradients_send_nothing_and_keep_their_residuals(method):
+    """A held gradient's residual (and velocity) waits unchanged and its aggregate is
+    zero; the others' conservation holds around it: what the ranks take out of
+    ``g + e`` is twice the aggregate (checked without momentum, which also feeds
+    ``acc``; dyadic values, so the sums are exact)."""
     grads = clean_grads(2, 4)
     held_entry = 1
     start, stop = LAYOUT.bounds[held_entry]
@@ -138,16 +142,25 @@ def test_held_gradients_send_nothing_and_keep_their_residuals(method):
         before = {"residual": np.array(exchange.feedback.residual[start:stop])}
         if exchange.feedback.velocity is not None:
             before["velocity"] = np.array(exchange.feedback.velocity[start:stop])
+        steps = []
         for flat in grads[comm.rank][1:]:
+            residual = np.array(exchange.feedback.residual)
             out = exchange.step([flat[s:e] for s, e in LAYOUT.bounds], LAYOUT, (held_entry,))
             assert not out[start:stop].any()
+            gradient = flat.copy()
+            gradient[start:stop] = 0  # absent this step
+            steps.append((gradient + residual - exchange.feedback.residual, np.array(out)))
         np.testing.assert_array_equal(exchange.feedback.residual[start:stop], before["residual"])
         if "velocity" in before:
             np.testing.assert_array_equal(exchange.feedback.velocity[start:stop],
                                           before["velocity"])
-        return True
+        return steps, "velocity" in before
 
-    assert run_simulated(2, worker) == [True, True]
+    (first, momentum), (second, _) = run_simulated(2, worker)
+    if not momentum:
+        for (taken_0, out_0), (taken_1, out_1) in zip(first, second):
+            np.testing.assert_array_equal((taken_0 + taken_1) / np.float32(2), out_0)
+            np.testing.assert_array_equal(out_0, out_1)
 
 
 @pytest.mark.parametrize("n, wire", [(1000, np.int32), (2 ** 31 + 10, np.int64)])
