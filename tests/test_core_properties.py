@@ -431,60 +431,54 @@ def test_gtopk_and_gssgd_apply_at_most_k_and_cltk_exactly_k():
                 assert record["nnz"] == 48
 
 
+def assert_conserved(per_rank, grads, momentum=0.0, nesterov=False):
+    """Error feedback's conservation: rebuild each rank's ``acc`` from its recorded
+    state (``u = m u + g``, ``acc = e + u``; Nesterov ``e + m u + g``; without
+    momentum ``acc = e + g``), each operation rounded as numpy rounds it; what the
+    ranks took out of it (``acc - e_next``) must be exactly the aggregate times
+    ``P`` on every rank at every step, and a velocity must keep ``u`` where
+    nothing was taken and be zeroed where ``acc`` was sent (factor masking)."""
+    size, factor = len(per_rank), np.float32(momentum)
+    residuals = [np.zeros_like(grads[0][0]) for _ in range(size)]
+    velocities = [np.zeros_like(grads[0][0]) for _ in range(size)]
+    for step, step_grads in enumerate(grads):
+        taken = np.zeros_like(grads[0][0])
+        for rank in range(size):
+            record, g = per_rank[rank][step], step_grads[rank]
+            velocity = velocities[rank] * factor + g if momentum else g
+            acc = residuals[rank] + (velocity * factor + g if nesterov else velocity)
+            sent = record["residual"] != acc
+            assert sent.any()
+            taken += acc - record["residual"]
+            if momentum:
+                np.testing.assert_array_equal(record["velocity"][~sent], velocity[~sent])
+                assert not record["velocity"][sent].any()
+                velocities[rank] = record["velocity"]
+            residuals[rank] = record["residual"]
+        for rank in range(size):
+            np.testing.assert_array_equal(taken / np.float32(size),
+                                          per_rank[rank][step]["aggregate"])
+
+
 @pytest.mark.parametrize("method,options", [(m, {}) for m in available() if m not in ("dgc", "gssgd")]
                          + [("dgc", {"momentum": 0.0}), ("gssgd", {"momentum": 0.0})])
 @pytest.mark.parametrize("size", [2, 4])
 def test_no_method_zeroes_a_value_it_did_not_communicate(method, options, size):
-    """Error feedback's conservation: what the ranks took out of ``acc = g + e``
-    (``acc - e_next``) is exactly the aggregate times ``P``, on every rank, at
-    every step: nothing is lost and nothing is sent twice.  (DGC and gs-SGD
-    without their momentum, whose velocity also feeds ``acc``; dyadic values
-    and ``P`` a power of two, so every sum and division is exact in any order.)"""
-    steps = 5
-    grads = stream(seed=13, steps=steps, size=size)
-    per_rank = run_core(method, options, grads, 0.02)
-    residuals = [np.zeros_like(grads[0][0]) for _ in range(size)]
-    for step in range(steps):
-        taken = np.zeros_like(grads[0][0])
-        for rank in range(size):
-            after = per_rank[rank][step]["residual"]
-            taken += grads[step][rank] + residuals[rank] - after
-            residuals[rank] = after
-        for rank in range(size):
-            np.testing.assert_array_equal(taken / np.float32(size),
-                                          per_rank[rank][step]["aggregate"])
+    """Nothing is lost and nothing is sent twice (:func:`assert_conserved`; DGC and
+    gs-SGD without their momentum; dyadic values and ``P`` a power of two, so
+    every sum and division is exact in any order)."""
+    grads = stream(seed=13, steps=5, size=size)
+    assert_conserved(run_core(method, options, grads, 0.02), grads)
 
 
 @pytest.mark.parametrize("method,options", [("dgc", {}), ("dgc", {"nesterov": True}),
                                             ("gssgd", {})])
 def test_momentum_correction_zeroes_only_what_it_communicated(method, options):
-    """The same conservation under momentum correction (momentum 0.9):
-    ``u = m u + g``, ``acc = e + u`` (Nesterov: ``e + m u + g``) computed here from
-    the recorded state, each operation rounded as numpy rounds it; the velocity
-    keeps ``u`` where nothing was taken and is zeroed where ``acc`` was sent
-    (factor masking).  Two ranks: a sum of two is exact in either order."""
-    steps, size = 6, 2
-    grads = stream(seed=21, steps=steps, size=size)
-    per_rank = run_core(method, options, grads, 0.02)
-    momentum = np.float32(0.9)
-    residuals = [np.zeros_like(grads[0][0]) for _ in range(size)]
-    velocities = [np.zeros_like(grads[0][0]) for _ in range(size)]
-    for step in range(steps):
-        taken = np.zeros_like(grads[0][0])
-        for rank in range(size):
-            record, g = per_rank[rank][step], grads[step][rank]
-            velocity = velocities[rank] * momentum + g
-            acc = residuals[rank] + (velocity * momentum + g if options.get("nesterov")
-                                     else velocity)
-            sent = record["residual"] != acc
-            assert sent.any()
-            taken += acc - record["residual"]
-            np.testing.assert_array_equal(record["velocity"][~sent], velocity[~sent])
-            assert not record["velocity"][sent].any()
-            residuals[rank], velocities[rank] = record["residual"], record["velocity"]
-        for rank in range(size):
-            np.testing.assert_array_equal(taken / np.float32(size),
-                                          per_rank[rank][step]["aggregate"])
+    """The same under momentum correction (momentum 0.9), with factor masking;
+    two ranks: a sum of two is exact in either order."""
+    grads = stream(seed=21, steps=6, size=2)
+    assert_conserved(run_core(method, options, grads, 0.02), grads, 0.9,
+                     options.get("nesterov", False))
 
 
 def test_dgc_warm_up_follows_the_schedule():
