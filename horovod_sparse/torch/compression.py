@@ -26,6 +26,9 @@ compression=...)``), gradients are found by identity among the given
 What the optimizer also tells, and what follows:
 
 * ``op``: ``hvd.Average`` and ``hvd.Sum`` are honoured; any other op raises;
+* ``process_set``: the exchange runs within it;
+* ``sparse_as_dense``: a sparse gradient (``Embedding(sparse=True)``) arrives
+  densified and is exchanged like any other; without it, it raises;
 * a parameter with ``requires_grad=False`` (frozen after the optimizer was
   built) is *held*: nothing of it is sent, the exchange returns zeros for it
   and its residual waits until it is unfrozen;
@@ -99,7 +102,9 @@ class SparseCompressor(WholeModelCompressor):
         generator may also be given to ``hvd.DistributedOptimizer``.
     nonfinite : ``"raise"``, ``"skip"`` or ``"propagate"`` (for
         ``torch.amp.GradScaler``; see ``core.exchange``).
-    process_set : Horovod process set to exchange within (default: all ranks).
+    process_set : Horovod process set to exchange within (default: the
+        ``DistributedOptimizer``'s, else all ranks; one that differs from the
+        optimizer's raises).
     check_every : every this many steps check (before the exchange) that all
         ranks hold bit-identical parameters; raises
         :class:`~horovod_sparse.core.ParameterDivergenceError` naming the first
@@ -317,6 +322,7 @@ class SparseCompressor(WholeModelCompressor):
             self._optimizer = optimizer
             self.reduction = reduction_of(optimizer.op, hvd)
             self._check_momentum(optimizer)
+            self._adopt_process_set(optimizer.process_set)
         self._positions = {p: i for i, (_, p) in enumerate(self._parameters)}
         if optimizer is not None:
             compressed = [(name, p) for name, p in self._parameters
@@ -324,6 +330,16 @@ class SparseCompressor(WholeModelCompressor):
             self.check_agreement(Layout(names=tuple(name for name, _ in compressed),
                                         shapes=tuple(tuple(p.shape) for _, p in compressed),
                                         dtypes=tuple(str(p.dtype) for _, p in compressed)))
+
+    def _adopt_process_set(self, theirs):
+        """Exchange within the optimizer's process set (Horovod only calls ``compress``
+        on its members); a different one given to the compressor raises."""
+        ours = self._process_set if self._comm is None else self._comm.process_set
+        if ours is None:
+            self._process_set = theirs
+        elif ours.process_set_id != theirs.process_set_id:
+            raise ValueError(f"the compressor exchanges within {ours} but the DistributedOptimizer "
+                             f"reduces within {theirs}: pass the same process_set to both")
 
     def _check_momentum(self, optimizer):
         momentum = self.sparsifier.momentum
@@ -372,6 +388,10 @@ class SparseCompressor(WholeModelCompressor):
         check_identical(*_names_and_bytes(self._parameters), self.comm)
 
     def _refuse_sparse_gradients(self):
+        """A sparse ``p.grad`` reaches ``compress`` densified under ``sparse_as_dense``
+        (Horovod's ``to_dense()`` copy), else it would be exchanged sparsely: refused."""
+        if self._optimizer.sparse_as_dense:
+            return
         sparse = [name for name, p in self._parameters if p.grad is not None and p.grad.is_sparse]
         if sparse:
             raise TypeError(f"parameter(s) {sparse} have sparse gradients (e.g. "

@@ -353,7 +353,7 @@ def dense_part():
     return checks
 
 
-# -- 9, 10. common slips -------------------------------------------------------------
+# -- 9. common slips -------------------------------------------------------------
 def slips():
     checks = {}
 
@@ -440,7 +440,58 @@ def slips():
     return checks
 
 
-# -- 10. fallback="auto": its dense steps through Horovod's own allreduce -----------
+# -- 10. the optimizer's options: sparse_as_dense, process_set -----------------------
+def train_embedding(compression, steps=3):
+    """An ``Embedding(sparse=True)`` model under ``sparse_as_dense=True``."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4, sparse=True), torch.nn.Linear(4, 2))
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         compression=compression, sparse_as_dense=True)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    for step in range(steps):
+        optimizer.zero_grad()
+        model(torch.tensor([step, 3 + hvd.rank(), 7])).square().sum().backward()
+        optimizer.step()
+    return model
+
+
+def train_within(process_set, compression, steps=3):
+    """Horovod's optimizer reducing within ``process_set``; a rank outside it trains alone."""
+    torch.manual_seed(1)
+    model = torch.nn.Linear(5, 3)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         compression=compression, process_set=process_set)
+    try:
+        for step in range(steps):
+            optimizer.zero_grad()
+            model(torch.randn(4, 5, generator=torch.Generator().manual_seed(step + 10 * hvd.rank()))
+                  ).square().sum().backward()
+            optimizer.step()
+    finally:
+        hvd.barrier()  # the rank outside waits here, not in the next run's collectives
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def options(rank_zero):
+    dense = digest(train_embedding(hvd.Compression.none))
+    sparse = digest(train_embedding(hs.Compression.topk(density=1.0)))
+    checks = {"sparse_as_dense_equals_dense": check(torch.equal(sparse, dense),
+                                                    "sparse_as_dense: differs from dense")}
+    dense = train_within(rank_zero, hvd.Compression.none)
+    sparse = train_within(rank_zero, hs.Compression.exdyna(density=1.0))
+    checks["optimizer_process_set_equals_dense"] = check(torch.equal(sparse, dense),
+                                                         "within rank 0's set: differs")
+    name, message = raised_everywhere(ValueError, lambda: train_within(
+        rank_zero, hs.Compression.exdyna(density=1.0, process_set=hvd.global_process_set)))
+    if hvd.rank() == 0:
+        raised = name == "ValueError" and "the same process_set" in message
+    else:  # outside the set: Horovod never calls the compressor, the rank trains alone
+        raised = name is None
+    checks["other_process_set_raises"] = check(raised, message or "nothing raised")
+    return checks
+
+
+# -- 11. fallback="auto": its dense steps through Horovod's own allreduce -----------
 def _train_with_fallback(in_exchange, nan_at=None, steps=8, method="exdyna",
                          pattern="ssDDsD"):
     torch.manual_seed(3)
@@ -520,8 +571,13 @@ SCENARIOS = {"experts": experts, "ops": ops, "checkpoints": checkpoints, "nonfin
 
 
 def main():
-    hvd.init()
-    checks = SCENARIOS[sys.argv[1]]()
+    if sys.argv[1] == "options":
+        rank_zero = hvd.ProcessSet([0])
+        hvd.init(process_sets=[rank_zero])
+        checks = options(rank_zero)
+    else:
+        hvd.init()
+        checks = SCENARIOS[sys.argv[1]]()
     report(sys.argv[2], hvd.rank(), checks=checks)
 
 
