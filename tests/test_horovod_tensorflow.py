@@ -51,8 +51,9 @@ def test_tensorflow_equals_pytorch(tmp_path):
                 np.testing.assert_array_equal(tf_run[key], torch_run[key], f"{cases[index]} {key}")
 
 
-@pytest.mark.parametrize("scenario", ["errors", "checkpoint", "keras", "user_script"])
-def test_tensorflow_behaviour(scenario, tmp_path):
+@pytest.mark.parametrize("scenario, ranks", [("errors", 2), ("checkpoint", 2), ("keras", 2),
+                                             ("user_script", 2), ("process_set", 3)])
+def test_tensorflow_behaviour(scenario, ranks, tmp_path):
     """Each scenario's checks hold on every rank (see workers/tf_behaviour.py)."""
-    horovodrun(2, "tests/workers/tf_behaviour.py", scenario, tmp_path)
-    assert_rank_checks(tmp_path, 2)
+    horovodrun(ranks, "tests/workers/tf_behaviour.py", scenario, tmp_path)
+    assert_rank_checks(tmp_path, ranks)

@@ -33,7 +33,7 @@ class WholeModelCompressor:
     """
 
     def __init__(self, sparsifier, nonfinite="raise", dense_below=None, dense_1d=False,
-                 fallback=None, check_every=None):
+                 fallback=None, check_every=None, process_set=None):
         if nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         self.sparsifier = sparsifier
@@ -46,6 +46,7 @@ class WholeModelCompressor:
         create_fallback(fallback)  # checks the value
         self.fallback = fallback
         self._nonfinite = nonfinite
+        self._process_set = process_set  # the framework's; None: the caller's, else all ranks
         self._comm = None
         self._snapshot = None        # core.elastic.Snapshot of the last elastic commit
         self.layout = None
@@ -121,6 +122,18 @@ class WholeModelCompressor:
         if self._comm is None:
             self._comm = self._communicator()
         return self._comm
+
+    def adopt_process_set(self, theirs):
+        """Exchange within ``theirs``, the process set of the Horovod optimizer or tape
+        that calls ``compress`` (only on its members).  A compressor given another
+        set (or already exchanging within one) raises ``ValueError``: the two would
+        wait for different ranks."""
+        ours = self._process_set if self._comm is None else self._comm.process_set
+        if ours is None:
+            self._process_set = theirs
+        elif ours.process_set_id != theirs.process_set_id:
+            raise ValueError(f"the compressor exchanges within {ours} but Horovod reduces within "
+                             f"{theirs}: pass the same process_set to both")
 
     # -- metrics ----------------------------------------------------------------
     @property

@@ -94,7 +94,8 @@ class SparseCompressor(WholeModelCompressor, Trackable):
     ----------
     sparsifier : a core sparsifier (``horovod_sparse.create(name, **kw)``).
     nonfinite : ``"raise"`` or ``"skip"`` (see ``core.exchange``).
-    process_set : Horovod process set to exchange within (default: all ranks).
+    process_set : Horovod process set to exchange within (default: the tape's or
+        optimizer's, else all ranks; one that differs from theirs raises).
     dense_below, dense_1d : gradients with fewer than ``dense_below``
         elements (``None``: none), and with ``dense_1d`` every one-dimensional
         gradient, are averaged exactly in the same step instead of sparsified.
@@ -114,8 +115,8 @@ class SparseCompressor(WholeModelCompressor, Trackable):
 
     def __init__(self, sparsifier, nonfinite="raise", process_set=None, dense_below=None,
                  dense_1d=False, fallback=None, check_every=None):
-        super().__init__(sparsifier, nonfinite, dense_below, dense_1d, fallback, check_every)
-        self._process_set = process_set
+        super().__init__(sparsifier, nonfinite, dense_below, dense_1d, fallback, check_every,
+                         process_set)
         self._variables = None  # the model's variables, from Horovod's view of the step
         self._trace = None
         self._gathered = None
@@ -130,12 +131,26 @@ class SparseCompressor(WholeModelCompressor, Trackable):
         if not trace.grads:
             trace.caller = horovod_caller()
             if trace.caller is not None:
-                self.reduction, self._variables = trace.caller.reduction, trace.caller.variables
+                self._adopt(trace.caller)
             elif self.check_every:
                 raise ValueError("check_every needs hvd.DistributedGradientTape or Horovod's "
                                  "DistributedOptimizer, which know the variables")
             trace.placeholder = self._agreed_placeholder(trace)
         return tf.identity(trace.placeholder), _Slot(trace, trace.record(tensor))
+
+    def _adopt(self, caller):
+        """Take the reduction, the variables and the process set of Horovod's tape or
+        optimizer (:class:`HorovodStep`).  One compressor serves one of them: another
+        tape's variables raise ``ValueError``, even where their shapes agree."""
+        if self._variables is not None and (
+                len(caller.variables) != len(self._variables)
+                or any(a is not b for a, b in zip(caller.variables, self._variables))):
+            raise ValueError("this compressor already exchanges the gradients of other "
+                             "variables: use one compressor per DistributedGradientTape or "
+                             "DistributedOptimizer")
+        if caller.process_set is not None:
+            self.adopt_process_set(caller.process_set)
+        self.reduction, self._variables = caller.reduction, caller.variables
 
     def _agreed_placeholder(self, trace):
         """The float32 ``[0.]`` Horovod's grouped allreduce carries, computed after the

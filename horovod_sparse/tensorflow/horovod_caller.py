@@ -28,15 +28,17 @@ _LOCALS = {"vars": (list, tuple), "grads": (list, tuple), "index_group": list, "
 
 
 class HorovodStep:
-    """The variables of one traced reduction, and where each gradient belongs.
+    """The variables of one traced reduction, where each gradient belongs, its
+    reduction and its process set (``None`` where no frame held one).
 
     ``layout`` lists every floating, non-empty variable whose gradient is not
     ``tf.IndexedSlices`` (Horovod allgathers those itself), named ``grad.<i>``
     by the variable's position ``i``; ``variables`` are those variables.
     """
 
-    def __init__(self, variables, grads, index_group, grad_group, op):
+    def __init__(self, variables, grads, index_group, grad_group, op, process_set=None):
         self.reduction = reduction_of(op, hvd)
+        self.process_set = process_set
         entries = [i for i, (variable, grad) in enumerate(zip(variables, grads))
                    if variable.dtype.is_floating and variable.shape.num_elements()
                    and not isinstance(grad, tf.IndexedSlices)]
@@ -60,7 +62,7 @@ def horovod_caller():
     Under AutoGraph the loop's ``index_group``/``grad_group`` live in a converted
     loop body below ``tf__allreduce_grads`` (which holds placeholders for them), so
     each name is taken from the nearest frame that holds a real value."""
-    found = {}
+    found, process_set = {}, None  # the reduction's process set, where a frame holds one
     frame = sys._getframe(1)
     for _ in range(_SEARCH_DEPTH):
         if frame is None:
@@ -69,10 +71,12 @@ def horovod_caller():
         for name, kind in _LOCALS.items():
             if name not in found and isinstance(scope.get(name), kind):
                 found[name] = scope[name]
+        if process_set is None and isinstance(scope.get("process_set"), hvd.ProcessSet):
+            process_set = scope["process_set"]
         if frame.f_code.co_name in _NAMES:
             if len(found) < len(_LOCALS):
                 return None
             return HorovodStep(found["vars"], found["grads"], found["index_group"],
-                               found["grad_group"], found["op"])
+                               found["grad_group"], found["op"], process_set)
         frame = frame.f_back
     return None

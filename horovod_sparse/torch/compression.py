@@ -127,9 +127,9 @@ class SparseCompressor(WholeModelCompressor):
 
     def __init__(self, sparsifier, named_parameters=None, nonfinite="raise", process_set=None,
                  check_every=None, dense_below=None, dense_1d=False, fallback=None):
-        super().__init__(sparsifier, nonfinite, dense_below, dense_1d, fallback, check_every)
+        super().__init__(sparsifier, nonfinite, dense_below, dense_1d, fallback, check_every,
+                         process_set)
         self._named_parameters = named_parameters
-        self._process_set = process_set
         self._parameters = None      # [(name, parameter)] in flattening order, from the first step
         self._positions = None       # parameter -> position in _parameters
         self._optimizer = None       # Horovod's DistributedOptimizer, when it is the caller
@@ -322,7 +322,7 @@ class SparseCompressor(WholeModelCompressor):
             self._optimizer = optimizer
             self.reduction = reduction_of(optimizer.op, hvd)
             self._check_momentum(optimizer)
-            self._adopt_process_set(optimizer.process_set)
+            self.adopt_process_set(optimizer.process_set)
         self._positions = {p: i for i, (_, p) in enumerate(self._parameters)}
         if optimizer is not None:
             compressed = [(name, p) for name, p in self._parameters
@@ -330,16 +330,6 @@ class SparseCompressor(WholeModelCompressor):
             self.check_agreement(Layout(names=tuple(name for name, _ in compressed),
                                         shapes=tuple(tuple(p.shape) for _, p in compressed),
                                         dtypes=tuple(str(p.dtype) for _, p in compressed)))
-
-    def _adopt_process_set(self, theirs):
-        """Exchange within the optimizer's process set (Horovod only calls ``compress``
-        on its members); a different one given to the compressor raises."""
-        ours = self._process_set if self._comm is None else self._comm.process_set
-        if ours is None:
-            self._process_set = theirs
-        elif ours.process_set_id != theirs.process_set_id:
-            raise ValueError(f"the compressor exchanges within {ours} but the DistributedOptimizer "
-                             f"reduces within {theirs}: pass the same process_set to both")
 
     def _check_momentum(self, optimizer):
         momentum = self.sparsifier.momentum

@@ -13,6 +13,8 @@
   per-rank checkpoints and with one gathered checkpoint written by rank 0.
 * ``keras``: ``model.fit`` with Horovod's Keras ``DistributedOptimizer`` and
   callbacks, ExDyna at density 0.01: learns, ranks end identical.
+* ``user_script``: what a tape user meets, beside dense Horovod (see there).
+* ``process_set`` (3 ranks): a tape reducing within ranks 0 and 1.
 """
 
 import os
@@ -40,7 +42,7 @@ SHAPES = [(12, 10), (10,), (10, 3)]
 _TRACED = {}
 
 
-def exchange(compression, targets, variables, groups=1):
+def exchange(compression, targets, variables, groups=1, process_set=hvd.global_process_set):
     """The tape's averaged gradients of ``sum(v * target)``, in one ``tf.function``
     per compressor (traced once: later steps only feed new targets)."""
     key = (id(compression), tuple(id(v) for v in variables))
@@ -50,8 +52,8 @@ def exchange(compression, targets, variables, groups=1):
             with tf.GradientTape() as tape:
                 loss = tf.add_n([tf.reduce_sum(v * tf.cast(g, v.dtype))
                                  for v, g in zip(variables, targets)])
-            return hvd.DistributedGradientTape(tape, compression=compression,
-                                               groups=groups).gradient(loss, variables)
+            return hvd.DistributedGradientTape(tape, compression=compression, groups=groups,
+                                               process_set=process_set).gradient(loss, variables)
         _TRACED[key] = (gradients, compression, variables)  # keep them alive: ids stay unique
     return _TRACED[key][0](targets)
 
@@ -262,14 +264,49 @@ def user_script(rank, _):
     checks["an extra variable on one rank raises on every rank, no hang"] = raises(
         lambda: exchange(hs.Compression.exdyna(density=0.5), [tf.ones([4])] * len(extra), extra),
         "differs from rank")
+
+    shared = hs.Compression.exdyna(density=0.5)  # two models of one shape, one compressor
+    exchange(shared, targets_of(0, rank), variables_of(SHAPES))
+    checks["one compressor for two tapes raises on every rank"] = raises(
+        lambda: exchange(shared, targets_of(1, rank), variables_of(SHAPES)),
+        "one compressor per DistributedGradientTape")
+    return checks
+
+
+def variables_of(shapes):
+    return [tf.Variable(tf.zeros(shape)) for shape in shapes]
+
+
+PAIR = hvd.ProcessSet([0, 1])  # registered by main for ``process_set`` (3 ranks)
+
+
+def process_set(rank, _):
+    """Tapes reducing within ranks 0 and 1 (Horovod's tape runs on its members only):
+    the exchange runs within the tape's set, as dense's allreduce does, and does
+    not wait for rank 2; a compressor given another set raises there."""
+    checks = {}
+    if rank in PAIR.ranks:
+        dense = exchange(hvd.Compression.none, targets_of(0, rank), variables_of(SHAPES),
+                         process_set=PAIR)
+        sparse = exchange(hs.Compression.topk(density=1.0), targets_of(0, rank),
+                          variables_of(SHAPES), process_set=PAIR)
+        checks["within the tape's set: same as dense"] = all(
+            np.array_equal(a.numpy(), b.numpy()) for a, b in zip(sparse, dense))
+        conflict = hs.Compression.exdyna(density=0.5, process_set=hvd.global_process_set)
+        checks["a compressor given another set raises"] = raises(
+            lambda: exchange(conflict, targets_of(0, rank), variables_of(SHAPES),
+                             process_set=PAIR), "the same process_set")
+    ranks = hvd.allreduce(tf.constant(1.0), op=hvd.Sum, name="process_set.end")
+    checks["every rank reaches the end"] = float(ranks) == hvd.size()
     return checks
 
 
 def main():
     scenario, directory = sys.argv[1], sys.argv[2]
-    hvd.init()
+    hvd.init(process_sets=[PAIR] if scenario == "process_set" else None)
     checks = {"errors": errors, "checkpoint": checkpoint, "keras": keras,
-              "user_script": user_script}[scenario](hvd.rank(), directory)
+              "user_script": user_script, "process_set": process_set}[scenario](hvd.rank(),
+                                                                                directory)
     report(directory, hvd.rank(), checks=checks)
 
 
