@@ -125,15 +125,20 @@ class WholeModelCompressor:
 
     def adopt_process_set(self, theirs):
         """Exchange within ``theirs``, the process set of the Horovod optimizer or tape
-        that calls ``compress`` (only on its members).  A compressor given another
-        set (or already exchanging within one) raises ``ValueError``: the two would
-        wait for different ranks."""
-        ours = self._process_set if self._comm is None else self._comm.process_set
-        if ours is None:
+        calling ``compress``.  A compressor given another set raises ``ValueError`` (the
+        two would wait for different ranks), as does one set up for all ranks before
+        its first step (its communicator made by ``state_dict``, ``load_state_dict``
+        or an elastic state) when ``theirs`` is narrower."""
+        if self._process_set is None and self._comm is None:
             self._process_set = theirs
-        elif ours.process_set_id != theirs.process_set_id:
-            raise ValueError(f"the compressor exchanges within {ours} but Horovod reduces within "
-                             f"{theirs}: pass the same process_set to both")
+            return
+        ours = self._process_set if self._process_set is not None else self._comm.process_set
+        if ours.process_set_id != theirs.process_set_id:
+            early = "" if self._process_set is not None else (
+                " (it was set up for all ranks before its first step, by state_dict, "
+                "load_state_dict or an elastic state)")
+            raise ValueError(f"the compressor exchanges within {ours}{early} but Horovod reduces "
+                             f"within {theirs}: pass the same process_set to both")
 
     # -- metrics ----------------------------------------------------------------
     @property

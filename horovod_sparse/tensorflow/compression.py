@@ -140,14 +140,15 @@ class SparseCompressor(WholeModelCompressor, Trackable):
 
     def _adopt(self, caller):
         """Take the reduction, the variables and the process set of Horovod's tape or
-        optimizer (:class:`HorovodStep`).  One compressor serves one of them: another
-        tape's variables raise ``ValueError``, even where their shapes agree."""
+        optimizer (:class:`HorovodStep`).  One compressor serves one list of variables:
+        another list raises ``ValueError``, even where the shapes agree."""
         if self._variables is not None and (
                 len(caller.variables) != len(self._variables)
                 or any(a is not b for a, b in zip(caller.variables, self._variables))):
             raise ValueError("this compressor already exchanges the gradients of other "
-                             "variables: use one compressor per DistributedGradientTape or "
-                             "DistributedOptimizer")
+                             "variables (another tape or optimizer, another list of sources "
+                             "for gradient(), or a rebuilt model): use one compressor per "
+                             "DistributedGradientTape or DistributedOptimizer and its variables")
         if caller.process_set is not None:
             self.adopt_process_set(caller.process_set)
         self.reduction, self._variables = caller.reduction, caller.variables

@@ -22,6 +22,7 @@ from ..core import Layout
 from ..core.compressor import reduction_of
 
 _NAMES = ("allreduce_grads", "tf__allreduce_grads")
+_GROUPED_NAMES = ("grouped_allreduce", "tf__grouped_allreduce")  # call compress; know the set
 _SEARCH_DEPTH = 64  # frames between compress() and allreduce_grads (tf.cond, AutoGraph)
 _LOCALS = {"vars": (list, tuple), "grads": (list, tuple), "index_group": list, "grad_group": list,
            "op": int}
@@ -36,7 +37,7 @@ class HorovodStep:
     by the variable's position ``i``; ``variables`` are those variables.
     """
 
-    def __init__(self, variables, grads, index_group, grad_group, op, process_set=None):
+    def __init__(self, variables, grads, index_group, grad_group, op, process_set):
         self.reduction = reduction_of(op, hvd)
         self.process_set = process_set
         entries = [i for i, (variable, grad) in enumerate(zip(variables, grads))
@@ -62,7 +63,7 @@ def horovod_caller():
     Under AutoGraph the loop's ``index_group``/``grad_group`` live in a converted
     loop body below ``tf__allreduce_grads`` (which holds placeholders for them), so
     each name is taken from the nearest frame that holds a real value."""
-    found, process_set = {}, None  # the reduction's process set, where a frame holds one
+    found, process_set = {}, None  # process_set: hvd.grouped_allreduce's argument
     frame = sys._getframe(1)
     for _ in range(_SEARCH_DEPTH):
         if frame is None:
@@ -71,8 +72,8 @@ def horovod_caller():
         for name, kind in _LOCALS.items():
             if name not in found and isinstance(scope.get(name), kind):
                 found[name] = scope[name]
-        if process_set is None and isinstance(scope.get("process_set"), hvd.ProcessSet):
-            process_set = scope["process_set"]
+        if frame.f_code.co_name in _GROUPED_NAMES and process_set is None:
+            process_set = scope.get("process_set")
         if frame.f_code.co_name in _NAMES:
             if len(found) < len(_LOCALS):
                 return None

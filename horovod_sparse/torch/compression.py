@@ -29,6 +29,9 @@ What the optimizer also tells, and what follows:
 * ``process_set``: the exchange runs within it;
 * ``sparse_as_dense``: a sparse gradient (``Embedding(sparse=True)``) arrives
   densified and is exchanged like any other; without it, it raises;
+* ``step()`` after ``synchronize()`` outside ``skip_synchronize()`` (Horovod
+  warns) reduces the step's aggregate again: it passes through to Horovod's
+  allreduce, as for dense users, not into a second sparse exchange;
 * a parameter with ``requires_grad=False`` (frozen after the optimizer was
   built) is *held*: nothing of it is sent, the exchange returns zeros for it
   and its residual waits until it is unfrozen;
@@ -146,6 +149,9 @@ class SparseCompressor(WholeModelCompressor):
     def compress(self, tensor):
         if not tensor.is_floating_point() or tensor.numel() == 0:
             return tensor, None
+        caller = horovod_caller()
+        if caller is not None and self._reduces_again(*caller):
+            return tensor, None
         if self._outcome is not None:  # first compress after an exchange: a new step
             self._outcome, self._recorded, self._decompressed = None, [], 0
         if not self._recorded:
@@ -156,14 +162,27 @@ class SparseCompressor(WholeModelCompressor):
             return tensor, _PLAIN
         if self._whole == "momentum":  # the same, momentum applied to the result
             self._recorded.append(tensor)
-            return tensor, _Plain(self._whole_index[1][self._identify(tensor).name])
-        gradient = self._identify(tensor)
+            return tensor, _Plain(self._whole_index[1][self._identify(tensor, caller).name])
+        gradient = self._identify(tensor, caller)
         self._recorded.append(gradient)
         slot = _Slot(len(self._recorded) - 1)
         if self._whole:
             return self._send_whole(gradient), slot
         # float32 whatever the gradient's dtype: Horovod cannot allreduce bfloat16 on CPU
         return torch.zeros(1, device=tensor.device), slot
+
+    def _reduces_again(self, optimizer, parameter):
+        """Whether Horovod's ``synchronize()`` is reducing an aggregate again: ``step()``
+        after ``synchronize()`` outside ``skip_synchronize()`` (Horovod warns), or a second
+        ``synchronize()``.  Then the gradients are the last exchange's result, alike on
+        every rank, and pass through to Horovod's allreduce as for dense users (which
+        averages them to themselves at 2, 4, 8... ranks) -- not into a second sparse
+        exchange.  Told apart from a step whose gradients are new: Horovod's backward
+        hook has counted this gradient down (``_allreduce_delay`` 0), or this step's
+        first ``compress`` came already (``_outcome`` reset).  ``_synchronized`` alone
+        would not do: it stays set after a step that ``GradScaler`` skipped."""
+        return (optimizer._synchronized and self._outcome is not None
+                and optimizer._allreduce_delay[parameter] != 0)
 
     def decompress(self, tensor, ctx):
         if ctx is None:
@@ -271,8 +290,8 @@ class SparseCompressor(WholeModelCompressor):
                 returned.zero_()
 
     # -- which gradient is this? ------------------------------------------------
-    def _identify(self, tensor):
-        caller = horovod_caller()
+    def _identify(self, tensor, caller):
+        """The :class:`_Gradient` of ``tensor``; ``caller``: :func:`horovod_caller`'s answer."""
         if self._parameters is None:
             self._first_step(caller[0] if caller else None)
         if caller is not None:
@@ -304,7 +323,9 @@ class SparseCompressor(WholeModelCompressor):
 
     def _first_step(self, optimizer):
         """Fix names and order; with Horovod's optimizer, check it and the model on every
-        rank before this rank submits anything to Horovod."""
+        rank before this rank submits anything to Horovod.  The parameters are kept
+        only once every check has passed: after a caught error the next ``compress``
+        runs the first step again (not a half-made one)."""
         named = list(self._named_parameters) if self._named_parameters is not None else []
         if optimizer is None:
             if self._named_parameters is not None and not named:
@@ -314,22 +335,21 @@ class SparseCompressor(WholeModelCompressor):
             if self.check_every and not named:
                 raise ValueError("check_every needs named_parameters when the compressor is "
                                  "used outside hvd.DistributedOptimizer")
-            self._parameters = named
+            parameters = named
         else:
-            own_names = {p: name for name, p in named}
-            self._parameters = [(own_names.get(p, name), p)
-                                for name, p in trained_parameters(optimizer)]
-            self._optimizer = optimizer
-            self.reduction = reduction_of(optimizer.op, hvd)
+            reduction = reduction_of(optimizer.op, hvd)
             self._check_momentum(optimizer)
             self.adopt_process_set(optimizer.process_set)
-        self._positions = {p: i for i, (_, p) in enumerate(self._parameters)}
-        if optimizer is not None:
-            compressed = [(name, p) for name, p in self._parameters
-                          if p.is_floating_point() and p.numel()]
+            own_names = {p: name for name, p in named}
+            parameters = [(own_names.get(p, name), p) for name, p in trained_parameters(optimizer)]
+            self.reduction = reduction
+            compressed = [(name, p) for name, p in parameters if p.is_floating_point() and p.numel()]
             self.check_agreement(Layout(names=tuple(name for name, _ in compressed),
                                         shapes=tuple(tuple(p.shape) for _, p in compressed),
                                         dtypes=tuple(str(p.dtype) for _, p in compressed)))
+            self._optimizer = optimizer
+        self._parameters = parameters
+        self._positions = {p: i for i, (_, p) in enumerate(parameters)}
 
     def _check_momentum(self, optimizer):
         momentum = self.sparsifier.momentum

@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -241,10 +242,13 @@ def grad_scaler():
     checks = {}
     for init_scale in (2.0 ** 10, 2.0 ** 127):
         dense_scales, _ = scaled_run(hvd.Compression.none, init_scale)
-        scales, model = scaled_run(hs.Compression.exdyna(density=0.5, nonfinite="propagate"),
-                                   init_scale)
+        compression = hs.Compression.exdyna(density=0.5, nonfinite="propagate")
+        scales, model = scaled_run(compression, init_scale)
         checks[f"scales_as_dense_{init_scale:g}"] = check(scales == dense_scales,
                                                          f"{scales} vs dense {dense_scales}")
+        # a step the scaler skipped leaves Horovod's optimizer "synchronized": the next is new
+        checks[f"every_step_exchanged_{init_scale:g}"] = check(
+            compression.steps_done == len(scales), f"{compression.steps_done} exchanges")
         checks[f"ranks_identical_{init_scale:g}"] = check(same_on_all_ranks(model), "diverged")
     return checks
 
@@ -440,7 +444,7 @@ def slips():
     return checks
 
 
-# -- 10. the optimizer's options: sparse_as_dense, process_set -----------------------
+# -- 10. the optimizer's options: sparse_as_dense, process_set, synchronize() --------
 def train_embedding(compression, steps=3):
     """An ``Embedding(sparse=True)`` model under ``sparse_as_dense=True``."""
     torch.manual_seed(0)
@@ -472,11 +476,41 @@ def train_within(process_set, compression, steps=3):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+def clipped_run(compression, skip, steps=4):
+    """Horovod's clipping pattern: ``synchronize()``, clip, ``step()`` (inside
+    ``skip_synchronize()`` when ``skip``, else Horovod warns and reduces again)."""
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Linear(8, 2))
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         compression=compression)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    for step in range(steps):
+        optimizer.zero_grad()
+        model(torch.randn(5, 6, generator=torch.Generator().manual_seed(step + 10 * hvd.rank()))
+              ).square().sum().backward()
+        optimizer.synchronize()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if skip:
+            with optimizer.skip_synchronize():
+                optimizer.step()
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # Horovod's "can cause training slowdown"
+                optimizer.step()
+    return digest(model), compression
+
+
 def options(rank_zero):
     dense = digest(train_embedding(hvd.Compression.none))
     sparse = digest(train_embedding(hs.Compression.topk(density=1.0)))
     checks = {"sparse_as_dense_equals_dense": check(torch.equal(sparse, dense),
                                                     "sparse_as_dense: differs from dense")}
+    skipped, compression = clipped_run(hs.Compression.exdyna(density=0.3), skip=True)
+    again, repeated = clipped_run(hs.Compression.exdyna(density=0.3), skip=False)
+    checks["step_after_synchronize_equals_skip_synchronize"] = check(
+        torch.equal(skipped, again) and repeated.steps_done == compression.steps_done == 4,
+        f"differs, or {repeated.steps_done} exchanges for 4 steps")
+    # last: rank 1 sits out the runs within {0}, so collectives named by count could differ
     dense = train_within(rank_zero, hvd.Compression.none)
     sparse = train_within(rank_zero, hs.Compression.exdyna(density=1.0))
     checks["optimizer_process_set_equals_dense"] = check(torch.equal(sparse, dense),
