@@ -20,7 +20,7 @@ pytestmark = pytest.mark.horovod
     "frozen",       # a layer frozen mid-training is not moved; its residual is held
     "dense_part",   # dense_below above every size = dense; DGC's dense part = momentum SGD
     "slips",        # uncalled factory, shared generator, sparse embedding, momentum twice
-    "options",      # sparse_as_dense and the optimizer's process_set: as dense; a conflict raises
+    "options",      # sparse_as_dense, process_set, step() after synchronize(): as dense
     "fallback",     # fallback="auto": Horovod's own allreduce = the exchange's dense step
 ])
 def test_user_script_behaves_like_dense_horovod_or_fails_clearly(scenario, tmp_path):
