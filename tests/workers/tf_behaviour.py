@@ -82,7 +82,7 @@ def residuals(compression):
 
 def errors(rank, _):
     checks = {}
-    variables = [tf.Variable(tf.zeros(shape)) for shape in SHAPES]
+    variables = variables_of(SHAPES)
     checks["no groups=1 raises while tracing"] = raises(
         lambda: exchange(hs.Compression.exdyna(density=0.1), targets_of(0, rank), variables,
                          groups=None), "groups=1")
@@ -107,7 +107,7 @@ def errors(rank, _):
         checks[f"next step is finite ({policy})"] = all(np.isfinite(g.numpy()).all() for g in out)
 
     shapes = SHAPES if rank == 0 else [(12, 10), (10,), (3, 10)]
-    mismatched = [tf.Variable(tf.zeros(shape)) for shape in shapes]
+    mismatched = variables_of(shapes)
     checks["models that differ raise on every rank"] = raises(
         lambda: exchange(hs.Compression.topk(density=0.1), targets_of(0, rank, shapes), mismatched),
         "differ")
